@@ -1,0 +1,70 @@
+"""The type of an expression."""
+from __future__ import annotations
+
+from typing import Any
+
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.dtypes import DataType, promote
+from hidet_framework.ir.expr import (
+    BINARY_OPS, Address, BinaryOp, Call, Cast, Constant, Dereference, Expr, IfThenElse,
+    TensorElement, TensorSlice, UnaryOp, Var,
+)
+from hidet_framework.ir.types import PointerType, TensorType
+
+
+def infer_type(e: Expr) -> Any:
+    """The type of `e`: a `DataType`, `PointerType` or `TensorType`."""
+    if isinstance(e, Constant):
+        return e.dtype
+    if isinstance(e, Var):
+        return e.type
+    if isinstance(e, BinaryOp):
+        if BINARY_OPS[e.op][1]:
+            return dtypes.boolean
+        ta, tb = infer_type(e.a), infer_type(e.b)
+        if isinstance(ta, PointerType) and e.op in ("add", "sub"):
+            return ta  # pointer arithmetic
+        if e.op in ("shl", "shr"):
+            return ta
+        return promote(_scalar(ta, e), _scalar(tb, e))
+    if isinstance(e, UnaryOp):
+        return dtypes.boolean if e.op == "not" else infer_type(e.a)
+    if isinstance(e, Cast):
+        return e.dtype
+    if isinstance(e, Call):
+        return e.ret_type
+    if isinstance(e, TensorElement):
+        t = infer_type(e.base)
+        if isinstance(t, TensorType):
+            return t.dtype
+        if isinstance(t, PointerType):
+            return t.base
+        raise TypeError(f"cannot index a value of type {t}: {e}")
+    if isinstance(e, TensorSlice):
+        t = infer_type(e.base)
+        if not isinstance(t, TensorType):
+            raise TypeError(f"only tensors can be sliced, got {t}")
+        shape = []
+        for d, idx in enumerate(e.indices):
+            if idx is None:
+                start = e.starts[d] if e.starts[d] is not None else 0
+                end = e.ends[d] if e.ends[d] is not None else t.shape[d]
+                shape.append(end - start if not (isinstance(start, int) and start == 0) else end)
+        return TensorType(t.dtype, tuple(shape))
+    if isinstance(e, IfThenElse):
+        ta, tb = infer_type(e.then_expr), infer_type(e.else_expr)
+        return ta if ta is tb or not isinstance(ta, DataType) else promote(ta, tb)
+    if isinstance(e, Address):
+        return PointerType(infer_type(e.expr))
+    if isinstance(e, Dereference):
+        t = infer_type(e.ptr)
+        if not isinstance(t, PointerType):
+            raise TypeError(f"cannot dereference a value of type {t}")
+        return t.base
+    raise TypeError(f"cannot infer the type of {type(e).__name__}")
+
+
+def _scalar(t: Any, e: Expr) -> DataType:
+    if not isinstance(t, DataType):
+        raise TypeError(f"arithmetic on a non-scalar value of type {t} in {e}")
+    return t
