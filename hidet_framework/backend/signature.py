@@ -1,0 +1,177 @@
+"""Signatures of compiled functions and argument checks at the call boundary.
+
+A compiled kernel trusts its arguments completely: a float64 array passed where float32
+is expected, a transposed (non-contiguous) view, or a wrong shape silently produces
+garbage or reads out of bounds. Every runtime therefore checks arguments against the
+function's :class:`FunctionSignature` before calling, and an error names the function,
+the parameter, and what was expected versus what was given.
+
+Signatures are plain data (JSON round-trip via :meth:`FunctionSignature.to_json`) so
+they can be stored next to a built artifact without pickling.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Sequence
+
+import attrs
+import numpy as np
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "ParamSpec",
+    "FunctionSignature",
+    "numpy_dtype",
+    "accepted_dtypes",
+    "check_args",
+    "check_arg",
+]
+
+# numpy has no bfloat16: bfloat16 tensors travel as uint16 bit patterns (same size and
+# alignment); an ml_dtypes.bfloat16 array is accepted too when that package is installed.
+SUPPORTED_DTYPES: tuple[str, ...] = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+)
+_KINDS = ("tensor", "scalar")
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype that carries `dtype` in memory (bfloat16 → uint16)."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {', '.join(SUPPORTED_DTYPES)}")
+    return np.dtype("uint16" if dtype == "bfloat16" else dtype)
+
+
+def accepted_dtypes(dtype: str) -> tuple[np.dtype, ...]:
+    """All numpy dtypes an array may have to be passed as `dtype`."""
+    carrier = numpy_dtype(dtype)
+    if dtype != "bfloat16":
+        return (carrier,)
+    try:  # optional: a real bfloat16 numpy dtype
+        import ml_dtypes  # type: ignore[import-not-found]
+    except ImportError:
+        return (carrier,)
+    return (carrier, np.dtype(ml_dtypes.bfloat16))
+
+
+def _check_shape(instance: Any, attribute: Any, shape: Any) -> None:
+    if shape is None:
+        return
+    for extent in shape:
+        if extent is not None and (not isinstance(extent, int) or extent < 0):
+            raise ValueError(f"shape entries must be non-negative ints or None, got {shape!r}")
+
+
+def _check_dtype(instance: Any, attribute: Any, dtype: str) -> None:
+    numpy_dtype(dtype)
+
+
+@attrs.frozen
+class ParamSpec:
+    """One parameter of a compiled function.
+
+    :param name: the parameter's name (as the user wrote it; only for messages).
+    :param kind: ``"tensor"`` (a C-contiguous array passed by pointer) or ``"scalar"``.
+    :param dtype: element dtype name, one of :data:`SUPPORTED_DTYPES`.
+    :param shape: for tensors, the expected shape; an entry ``None`` accepts any extent,
+        and ``shape=None`` accepts any rank. Ignored for scalars.
+    """
+
+    name: str
+    kind: str = attrs.field(validator=attrs.validators.in_(_KINDS))
+    dtype: str = attrs.field(validator=_check_dtype)
+    shape: "tuple[int | None, ...] | None" = attrs.field(
+        default=None,
+        converter=lambda s: None if s is None else tuple(s),
+        validator=_check_shape,
+    )
+
+    def describe(self) -> str:
+        if self.kind == "scalar":
+            return f"{self.dtype} scalar"
+        dims = "any shape" if self.shape is None else _shape_text(self.shape)
+        return f"C-contiguous {self.dtype} array of shape {dims}"
+
+
+@attrs.frozen
+class FunctionSignature:
+    """The name and parameters of a callable compiled function."""
+
+    name: str
+    params: tuple[ParamSpec, ...] = attrs.field(converter=tuple)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "params": [
+                {"name": p.name, "kind": p.kind, "dtype": p.dtype,
+                 "shape": None if p.shape is None else list(p.shape)}
+                for p in self.params
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FunctionSignature":
+        return cls(data["name"], [ParamSpec(**p) for p in data["params"]])
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
+        return f"{self.name}({inner})"
+
+
+def _shape_text(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _int_range(dtype: str) -> tuple[int, int]:
+    info = np.iinfo(numpy_dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def check_arg(sig: FunctionSignature, index: int, value: Any) -> None:
+    """Check one argument; raise TypeError (wrong kind of object or dtype) or
+    ValueError (wrong shape, layout or range) with a message naming everything."""
+    spec = sig.params[index]
+    where = f"{sig.name}(): parameter {index} {spec.name!r}"
+    if spec.kind == "tensor":
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"{where} expects a {spec.describe()}, got {type(value).__name__}")
+        if value.dtype not in accepted_dtypes(spec.dtype):
+            raise TypeError(f"{where} expects dtype {spec.dtype}, got an array of dtype {value.dtype}")
+        if spec.shape is not None:
+            ok = len(value.shape) == len(spec.shape) and all(
+                want is None or want == got for want, got in zip(spec.shape, value.shape))
+            if not ok:
+                raise ValueError(f"{where} expects shape {_shape_text(spec.shape)}, "
+                                 f"got an array of shape {_shape_text(value.shape)}")
+        if not value.flags.c_contiguous:
+            raise ValueError(f"{where} expects a C-contiguous array, got strides {value.strides} "
+                             f"for shape {value.shape}; pass np.ascontiguousarray(x)")
+        if not value.flags.aligned:
+            raise ValueError(f"{where} expects an aligned array; this one is misaligned")
+        return
+    # scalar
+    if isinstance(value, np.ndarray) or not isinstance(value, (numbers.Number, np.generic)):
+        raise TypeError(f"{where} expects a {spec.dtype} scalar, got {type(value).__name__}")
+    if spec.dtype == "bool":
+        if not isinstance(value, (bool, np.bool_, numbers.Integral)) or value not in (0, 1):
+            raise TypeError(f"{where} expects a bool scalar, got {value!r}")
+    elif spec.dtype.startswith(("int", "uint")):
+        if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{where} expects an integer ({spec.dtype}), got {type(value).__name__} {value!r}")
+        lo, hi = _int_range(spec.dtype)
+        if not lo <= int(value) <= hi:
+            raise ValueError(f"{where} expects a {spec.dtype} in [{lo}, {hi}], got {value}")
+    else:  # floating
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{where} expects a real number ({spec.dtype}), got {type(value).__name__} {value!r}")
+
+
+def check_args(sig: FunctionSignature, args: Sequence[Any]) -> None:
+    """Check a whole argument list against `sig` (count first, then each argument)."""
+    if len(args) != len(sig.params):
+        names = ", ".join(p.name for p in sig.params)
+        raise TypeError(f"{sig.name}() takes {len(sig.params)} argument(s) ({names}), got {len(args)}")
+    for index, value in enumerate(args):
+        check_arg(sig, index, value)
