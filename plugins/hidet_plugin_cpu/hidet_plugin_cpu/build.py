@@ -1,0 +1,138 @@
+"""Build generated C source into a shared library with gcc, through the build cache.
+
+Compile errors in generated code are bugs in a code generator or a template, and the
+raw gcc message (``source.c:812:13: error: ...``) is useless without the source in
+front of you: :class:`CompileError` shows the offending generated lines with context
+and, when the code generator marks each function with ``/* hidet function: NAME */``,
+the IR function the error is in.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from hidet_framework.backend.build_cache import BuildCache
+
+from .target import detect_cpu_target
+
+__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library", "source_context"]
+
+COMPILER = os.environ.get("HIDET_FRAMEWORK_CC", "gcc")
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+LDFLAGS: tuple[str, ...] = ("-lm",)
+SOURCE_NAME = "source.c"
+CONTEXT_LINES = 3
+_MAX_ERRORS_SHOWN = 5
+_FUNCTION_MARKER = re.compile(r"/\*\s*hidet function:\s*(.*?)\s*\*/")
+_DIAGNOSTIC = re.compile(r"^(?:.*/)?" + re.escape(SOURCE_NAME) + r":(\d+):(?:\d+:)?\s*(fatal error|error)\b", re.M)
+
+
+class CompileError(RuntimeError):
+    """gcc rejected generated source. Attributes: `compiler_output` (raw stderr),
+    `source`, `command`, and `errors`: ``(line, function name or None)`` per error."""
+
+    def __init__(self, compiler_output: str, source: str, command: list[str]) -> None:
+        self.compiler_output = compiler_output
+        self.source = source
+        self.command = command
+        self.errors: list[tuple[int, str | None]] = []
+        lines = source.splitlines()
+        seen: set[int] = set()
+        for match in _DIAGNOSTIC.finditer(compiler_output):
+            line = int(match.group(1))
+            if line not in seen:
+                seen.add(line)
+                self.errors.append((line, function_at(lines, line)))
+        super().__init__(self._message(lines))
+
+    def _message(self, lines: list[str]) -> str:
+        parts = [f"C compilation failed: {' '.join(self.command)}", "", self.compiler_output.rstrip()]
+        for line, func in self.errors[:_MAX_ERRORS_SHOWN]:
+            where = f" in hidet function {func!r}" if func else ""
+            parts += ["", f"generated source line {line}{where}:", source_context(lines, line)]
+        if len(self.errors) > _MAX_ERRORS_SHOWN:
+            parts.append(f"\n... and {len(self.errors) - _MAX_ERRORS_SHOWN} more error line(s)")
+        return "\n".join(parts)
+
+
+def function_at(lines: list[str], line: int) -> str | None:
+    """The name in the nearest ``/* hidet function: NAME */`` marker at or above `line`."""
+    for index in range(min(line, len(lines)) - 1, -1, -1):
+        match = _FUNCTION_MARKER.search(lines[index])
+        if match:
+            return match.group(1)
+    return None
+
+
+def source_context(lines: list[str], line: int, context: int = CONTEXT_LINES) -> str:
+    """Lines ``line ± context`` (1-based) with numbers; the offending one marked ``>``."""
+    lo, hi = max(1, line - context), min(len(lines), line + context)
+    width = len(str(hi))
+    return "\n".join(
+        f"{'>' if n == line else ' '} {n:>{width}} | {lines[n - 1]}" for n in range(lo, hi + 1))
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(compiler: str = COMPILER) -> str:
+    """First line of ``<compiler> --version`` plus the resolved binary: part of every
+    cache key so upgrading gcc never serves stale artifacts. Raises FileNotFoundError
+    when the compiler is missing. Computed once per process."""
+    path = shutil.which(compiler)
+    if path is None:
+        raise FileNotFoundError(f"C compiler {compiler!r} not found on PATH")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True, timeout=60)
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    return f"{first} ({os.path.realpath(path)})"
+
+
+def isa_fingerprint() -> str:
+    """What ``-march=native`` depends on: this machine's architecture and ISA flags.
+    Not the whole Target: core counts differ between tuner workers pinned to different
+    cpusets, and they should share artifacts (anything baked into code is in the source)."""
+    target = detect_cpu_target()
+    payload = json.dumps([target.arch, list(target.get("flags", ())), target.get("model", "")])
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def build_shared_library(source: str, *, name: str = "module", cache: BuildCache | None = None,
+                         extra_flags: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """Compile `source` to a shared library; returns ``(path, cache_hit)``.
+
+    A hit starts no process at all (the compiler identity is memoised per process).
+    Raises :class:`CompileError` with the offending lines when gcc rejects the source.
+    """
+    cache = cache or BuildCache.default()
+    flags = list(CFLAGS) + list(extra_flags)
+    key_parts = {
+        "backend": "cpu",
+        "source": source,
+        "flags": flags + list(LDFLAGS),
+        "compiler": compiler_identity(),
+        "target": isa_fingerprint(),
+    }
+
+    def build(work_dir: str) -> str:
+        src_path = os.path.join(work_dir, SOURCE_NAME)
+        out_path = os.path.join(work_dir, "lib" + name_for_file(name) + ".so")
+        with open(src_path, "w", encoding="utf-8") as f:
+            f.write(source)
+        # Run in work_dir with relative paths so diagnostics say "source.c:LINE:".
+        command = [COMPILER, *flags, "-o", os.path.basename(out_path), SOURCE_NAME, *LDFLAGS]
+        # LC_ALL=C: plain ASCII quotes in diagnostics, whatever the user's locale.
+        env = dict(os.environ, LC_ALL="C")
+        result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise CompileError(result.stderr or result.stdout, source, command)
+        return out_path
+
+    return cache.get_or_build(key_parts, build, suffix=".so", source_suffix=".c")
+
+
+def name_for_file(name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")[:64]
+    return safe or "module"
