@@ -99,3 +99,15 @@ def np_equal(a, b):
     import numpy as np
 
     return np.array_equal(a, b)
+
+
+def test_plugin_host_finds_cpu_backend(monkeypatch):
+    """Through the real seam: a private plugin host with only this plugin registered."""
+    import hidet_plugin_cpu
+    from hidet_framework.extension.host import PluginHost
+
+    monkeypatch.setenv("HIDET_FRAMEWORK_DISABLE_AUTOLOAD", "1")
+    host = PluginHost()
+    host.register(hidet_plugin_cpu, "cpu")
+    backend = host.backend_for("cpu")
+    assert backend.name == "cpu" and backend.availability().usable in (True, False)
