@@ -30,14 +30,13 @@ class PrimitiveFunction:
     """
 
     name: str
-    ret_type: Any = None
+    ret_type: Any = attrs.field(default=None, converter=attrs.converters.optional(data_type))
     emit: Mapping[str, str] = attrs.field(factory=dict)
     evaluate: Optional[Callable[..., Any]] = None
     bounds: Optional[tuple] = None
 
     def __call__(self, *args: Any) -> Call:
-        ret = None if self.ret_type is None else data_type(self.ret_type)
-        return Call(self.name, tuple(convert(a) for a in args), ret)
+        return Call(self.name, tuple(convert(a) for a in args), self.ret_type)
 
 
 _PRIMITIVES: dict[str, PrimitiveFunction] = {}

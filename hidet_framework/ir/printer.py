@@ -183,6 +183,21 @@ class IRPrinter(_Dispatch):
     def visit_Dereference(self, e: Dereference) -> str:
         return f"*{self.expr(e.ptr)}"
 
+    def visit_Node(self, node: Any) -> str:
+        """Expression kinds defined above the IR (e.g. compute reductions) print as
+        ``Kind(field=value, ...)``."""
+        import attrs
+
+        def show(x: Any) -> str:
+            if isinstance(x, Expr):
+                return self.expr(x)
+            if isinstance(x, tuple):
+                return "(" + ", ".join(show(y) for y in x) + ")"
+            return str(x)
+
+        fields = ", ".join(f"{f.name}={show(getattr(node, f.name))}" for f in attrs.fields(type(node)))
+        return f"{type(node).__name__}({fields})"
+
 
 def format_ir(node: Any) -> str:
     """Readable text of any IR node."""

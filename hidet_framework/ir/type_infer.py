@@ -61,6 +61,8 @@ def infer_type(e: Expr) -> Any:
         if not isinstance(t, PointerType):
             raise TypeError(f"cannot dereference a value of type {t}")
         return t.base
+    if hasattr(e, "infer_type"):  # expression kinds defined above the IR (compute reductions)
+        return e.infer_type()
     raise TypeError(f"cannot infer the type of {type(e).__name__}")
 
 
