@@ -1,0 +1,171 @@
+"""Kernel signatures and launching: what the code generator hands to `load()`.
+
+For every ``extern "C" __global__`` function it prints, the code generator produces a
+`KernelSpec`: the kernel's name, its parameters in order (`ParamSpec`), the grid (a
+fixed triple or a function of the call's arguments), the block, and the dynamic shared
+memory in bytes. `CudaLoadedModule` turns each spec into a `KernelLauncher`, a Python
+callable taking the arguments in parameter order.
+
+Tensor arguments may be `DeviceArray`s or any CUDA tensor speaking DLPack (torch,
+cupy); numpy arrays are refused, since a kernel cannot read host memory.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import attrs
+
+from .dtypes import dtype as as_dtype, scalar_argument
+from .errors import CudaLaunchError
+from .memory import DeviceArray
+
+Dim3 = tuple[int, int, int]
+GridSpec = Union[int, Sequence[int], Callable[[Sequence[Any]], Any]]
+
+
+def as_dim3(value: Any) -> Dim3:
+    """(x, y, z) from an int or a sequence of 1–3 ints, missing entries 1."""
+    if isinstance(value, int):
+        value = (value,)
+    dims = tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise ValueError(f"launch dimensions must be 1 to 3 positive ints, got {value!r}")
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+@attrs.frozen
+class ParamSpec:
+    """One kernel parameter.
+
+    :param name: the parameter's name (for error messages).
+    :param kind: ``"tensor"`` (passed as a device pointer) or ``"scalar"``.
+    :param dtype: element dtype of a tensor, or the scalar's dtype (IR names).
+    :param shape: a tensor's expected shape; an entry that is not an int (None, a
+        symbol name) matches any extent. None skips the shape check.
+    """
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple | None = attrs.field(default=None, converter=lambda s: None if s is None else tuple(s))
+
+    def __attrs_post_init__(self):
+        if self.kind not in ("tensor", "scalar"):
+            raise ValueError(f"ParamSpec.kind must be 'tensor' or 'scalar', got {self.kind!r}")
+        as_dtype(self.dtype)  # fail early on an unknown dtype
+
+
+@attrs.frozen
+class KernelSpec:
+    """How to launch one kernel.
+
+    :param name: the kernel's (unmangled, ``extern "C"``) symbol name.
+    :param params: its parameters in order.
+    :param grid: blocks per grid: an int, a triple, or ``grid(args) -> int | triple``
+        computed from the call's arguments (as given: DeviceArrays, tensors, numbers).
+    :param block: threads per block.
+    :param dynamic_smem: dynamic shared memory bytes, or ``f(args) -> int``; above
+        48 KB the kernel's limit is raised with cuFuncSetAttribute automatically.
+    """
+
+    name: str
+    params: tuple[ParamSpec, ...] = attrs.field(converter=tuple)
+    grid: GridSpec = 1
+    block: Any = attrs.field(default=(1, 1, 1), converter=as_dim3)
+    dynamic_smem: Union[int, Callable[[Sequence[Any]], int]] = 0
+
+
+def _tensor_pointer(spec: ParamSpec, value: Any, kernel: str) -> tuple[int, DeviceArray]:
+    if isinstance(value, DeviceArray):
+        array = value
+    elif type(value).__module__ == "numpy" or hasattr(value, "__array_interface__"):
+        raise CudaLaunchError(
+            f"kernel {kernel!r}, parameter {spec.name!r}: got a numpy (host) array; copy it to the "
+            f"device first (backend.device.from_numpy(array)) and pass the DeviceArray")
+    elif hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        array = DeviceArray.from_dlpack(value)
+    else:
+        raise CudaLaunchError(f"kernel {kernel!r}, parameter {spec.name!r}: expected a DeviceArray or a CUDA "
+                              f"tensor (DLPack), got {type(value).__name__}")
+    if array.dtype.name != as_dtype(spec.dtype).name:
+        raise CudaLaunchError(f"kernel {kernel!r}, parameter {spec.name!r}: dtype {array.dtype.name}, "
+                              f"expected {spec.dtype}")
+    if spec.shape is not None:
+        ok = len(spec.shape) == len(array.shape) and all(
+            not isinstance(want, int) or want == got for want, got in zip(spec.shape, array.shape))
+        if not ok:
+            raise CudaLaunchError(f"kernel {kernel!r}, parameter {spec.name!r}: shape {array.shape}, "
+                                  f"expected {spec.shape}")
+    if not array.is_contiguous():
+        raise CudaLaunchError(f"kernel {kernel!r}, parameter {spec.name!r}: the tensor is strided "
+                              f"(strides {array.strides}); pass a contiguous one")
+    return array.ptr, array
+
+
+def pack_arguments(spec: KernelSpec, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """ctypes values in parameter order, plus the objects that must stay alive
+    during the launch (views imported through DLPack)."""
+    import ctypes
+
+    if len(args) != len(spec.params):
+        names = ", ".join(p.name for p in spec.params)
+        raise CudaLaunchError(f"kernel {spec.name!r} takes {len(spec.params)} arguments ({names}), "
+                              f"got {len(args)}")
+    values, keep = [], []
+    for param, value in zip(spec.params, args):
+        if param.kind == "tensor":
+            ptr, array = _tensor_pointer(param, value, spec.name)
+            values.append(ctypes.c_uint64(ptr))
+            keep.append(array)
+        else:
+            if hasattr(value, "__dlpack__") or hasattr(value, "__array_interface__") and getattr(value, "ndim", 0):
+                raise CudaLaunchError(f"kernel {spec.name!r}, parameter {param.name!r}: expected a scalar "
+                                      f"{param.dtype}, got {type(value).__name__}")
+            try:
+                values.append(scalar_argument(value, param.dtype))
+            except (TypeError, ValueError) as exc:
+                raise CudaLaunchError(f"kernel {spec.name!r}, parameter {param.name!r}: {exc}") from None
+    return values, keep
+
+
+class KernelLauncher:
+    """A loaded kernel, callable as ``launcher(*args, stream=None)``."""
+
+    def __init__(self, spec: KernelSpec, function: Any, smem_limit: int | None = None):
+        self.spec = spec
+        self.function = function  # driver.CudaFunction
+        self.smem_limit = smem_limit
+
+    def launch_config(self, args: Sequence[Any]) -> tuple[Dim3, Dim3, int]:
+        grid = self.spec.grid(args) if callable(self.spec.grid) else self.spec.grid
+        smem = self.spec.dynamic_smem(args) if callable(self.spec.dynamic_smem) else self.spec.dynamic_smem
+        smem = int(smem)
+        if self.smem_limit is not None and smem > self.smem_limit:
+            raise CudaLaunchError(f"kernel {self.spec.name!r} asks for {smem} bytes of dynamic shared memory; "
+                                  f"the device allows {self.smem_limit}")
+        return as_dim3(grid), self.spec.block, smem
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        values, keep = pack_arguments(self.spec, args)
+        grid, block, smem = self.launch_config(args)
+        self.function.launch(grid, block, values, dynamic_smem=smem, stream=stream)
+        del keep
+
+    def __repr__(self) -> str:
+        return f"KernelLauncher({self.spec.name}, block={self.spec.block})"
+
+
+def specs_by_name(specs: Any) -> dict[str, KernelSpec]:
+    """Normalise what `load()` was given: specs, a list of them, or a name→spec map."""
+    if isinstance(specs, KernelSpec):
+        specs = [specs]
+    if isinstance(specs, Mapping):
+        specs = list(specs.values())
+    out: dict[str, KernelSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, KernelSpec):
+            raise TypeError(f"expected KernelSpec, got {type(spec).__name__}")
+        if spec.name in out:
+            raise ValueError(f"two kernels named {spec.name!r}")
+        out[spec.name] = spec
+    return out

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One full check on the lent GPU machine (no network): install the project offline,
+# record the GPU, run the `cuda` tests, the GPU benchmarks and compute-sanitizer.
+# Every step runs even when an earlier one failed; the exit status is non-zero when
+# any step failed. Usage: bash scripts/gpu_check.sh OUTDIR
+set -u
+OUT="${1:?usage: gpu_check.sh OUTDIR}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+FAILED=()
+
+step() {  # step NAME COMMAND...: run, log to OUT/NAME.log, remember a failure
+  local name="$1"; shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: exit $rc after $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || FAILED+=("$name($rc)")
+}
+
+install_project() {
+  local d rc=0
+  for d in . plugins/* hidet_plugin_*; do
+    if [ -f "$d/pyproject.toml" ]; then
+      "$PY" -m pip install -q --no-build-isolation --no-deps -e "$d" || { echo "install of $d failed"; rc=1; }
+    fi
+  done
+  return $rc
+}
+
+run_benchmarks() {
+  local b rc=0 found=0
+  for b in bench/gpu_*.py; do
+    [ -f "$b" ] || continue
+    found=1
+    echo "--- $b"
+    "$PY" "$b" --out "$OUT" || { echo "$b failed"; rc=1; }
+  done
+  if [ -f bench/matmul.py ]; then
+    found=1
+    echo "--- bench/matmul.py --target cuda"
+    "$PY" bench/matmul.py --target cuda --out "$OUT" || { echo "bench/matmul.py failed"; rc=1; }
+  fi
+  [ $found -eq 1 ] || echo "no GPU benchmarks in bench/"
+  return $rc
+}
+
+sanitize() {
+  if [ ! -d tests/plugins/cuda ]; then echo "no tests/plugins/cuda: skipped"; return 0; fi
+  if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer not found"; return 1; fi
+  # the CUDA backend's own tests only: memcheck slows every launch down a lot
+  compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
+    "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/plugins/cuda
+}
+
+step install install_project
+step nvidia_smi nvidia-smi
+step pytest_cuda "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
+step bench run_benchmarks
+step memcheck sanitize
+
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "FAILED steps: ${FAILED[*]}" | tee "$OUT/summary.txt"
+  exit 1
+fi
+echo "all steps passed" | tee "$OUT/summary.txt"
