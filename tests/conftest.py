@@ -1,0 +1,83 @@
+"""Shared test configuration: hypothesis profiles, the `cuda` / `nvcc` markers, and one
+fixture for tests that need a plugin host of their own.
+
+Kept small on purpose; put helpers next to the tests that use them unless several test
+folders need them.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Derandomized in CI so a red build reproduces; bounded everywhere so `pytest` stays
+# fast on CI's two cores. deadline=None: the first example often pays for a C/CUDA
+# compile, which is not a performance regression.
+settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@functools.cache
+def cuda_skip_reason() -> str | None:
+    """Why tests marked `cuda` cannot run here, or None when a CUDA device is usable."""
+    from hidet_framework.extension import MissingBackendError, plugin_host
+
+    try:
+        backend = plugin_host().backend_for("cuda")
+    except MissingBackendError as exc:
+        return str(exc)
+    availability = backend.availability()
+    return None if availability.usable else f"CUDA not usable: {availability.reason}"
+
+
+@functools.cache
+def nvcc_skip_reason() -> str | None:
+    """Why compile-only CUDA tests cannot run here, or None when NVRTC or nvcc works."""
+    if shutil.which("nvcc"):
+        return None
+    try:
+        from cuda.bindings import nvrtc
+
+        # Importing is not enough: the call proves the NVRTC library itself loads.
+        err, *_version = nvrtc.nvrtcVersion()
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return None
+        nvrtc_problem = f"nvrtcVersion() returned {err}"
+    except Exception as exc:  # ImportError, or the shared library failing to load
+        nvrtc_problem = f"{type(exc).__name__}: {exc}"
+    return f"no CUDA compiler: nvcc is not on PATH and NVRTC is unusable ({nvrtc_problem})"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("cuda") is not None:
+        reason = cuda_skip_reason()
+        if reason:
+            pytest.skip(reason)
+    if item.get_closest_marker("nvcc") is not None:
+        reason = nvcc_skip_reason()
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.fixture
+def isolated_plugin_host(monkeypatch: pytest.MonkeyPatch):
+    """A fresh process-wide plugin host that autoloads nothing, restored afterwards.
+
+    Register what the test needs with ``host.temporary_plugin(obj)`` or
+    ``host.register(obj)``; nothing installed leaks in.
+    """
+    from hidet_framework.extension import plugin_host, reset_plugin_host
+
+    previous = plugin_host()  # cheap: hosts load lazily; restored so later tests reuse it
+    monkeypatch.setenv("HIDET_FRAMEWORK_DISABLE_AUTOLOAD", "1")
+    reset_plugin_host()
+    try:
+        yield plugin_host()
+    finally:
+        reset_plugin_host(previous)
