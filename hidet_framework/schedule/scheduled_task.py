@@ -1,0 +1,66 @@
+"""What scheduling produces: an IR module and the launches that run a task with it.
+
+The auto-scheduler, every template candidate and the fusion engine hand this one form
+to the driver, so the compiled graph runs any of them the same way: call each launch's
+function in order with the task's input, output and workspace buffers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from hidet_framework.ir.dtypes import DataType, data_type
+from hidet_framework.ir.func import IRModule
+
+
+@attrs.frozen
+class BufferRef:
+    """An argument of a launch. :param kind: ``input``, ``output`` or ``workspace``.
+    :param index: position within that kind."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(("input", "output", "workspace")))
+    index: int = 0
+
+
+@attrs.frozen
+class Launch:
+    """Call `function` (a name in the module) with these buffers, then these scalars."""
+
+    function: str
+    buffers: tuple = attrs.field(converter=tuple)
+    scalars: tuple = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class WorkspaceSpec:
+    """A temporary buffer a task needs between its launches."""
+
+    name: str
+    dtype: DataType = attrs.field(converter=data_type)
+    shape: tuple = attrs.field(converter=tuple)
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= int(s)
+        return n * self.dtype.nbytes
+
+
+@attrs.frozen
+class ScheduledTask:
+    """A task made runnable on one target kind.
+
+    :param module: the (not yet lowered) IR module.
+    :param launches: calls in order.
+    :param workspace: temporaries the launches share.
+    :param source: who scheduled it (``auto`` or a template name), for reports.
+    :param params: the template parameters of a template candidate.
+    """
+
+    module: IRModule
+    launches: tuple = attrs.field(converter=tuple)
+    workspace: tuple = attrs.field(default=(), converter=tuple)
+    source: str = "auto"
+    params: Any = None
