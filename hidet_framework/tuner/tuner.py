@@ -1,0 +1,171 @@
+"""The tuner: pick the fastest candidate of the templates serving an operator.
+
+Candidates are built in parallel on all cores (a fork-based process pool: the
+compilers run in the workers and fill the build cache; a failing candidate is recorded,
+not fatal), then timed in this process with the backend's device timers: every
+candidate briefly, and only those near the leader again, so tuning stops early once the
+leader is clear. The winner is stored in the on-disk tuning cache, keyed by task
+fingerprint, target and template versions, so the next compile does no tuning.
+
+The tuner knows nothing of backends or the driver: the caller gives it `prepare`
+(ScheduledTask → anything picklable, run in the workers: lowering, codegen, build)
+and `measure` (ScheduledTask → run times in seconds, run here).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import attrs
+
+from hidet_framework.backend.contract import Target
+from hidet_framework.tuner.cache import TuningCache
+from hidet_framework.tuner.template import Template
+
+
+class TuningError(RuntimeError):
+    pass
+
+
+@attrs.frozen
+class Candidate:
+    template: Template
+    params: Mapping[str, Any]
+
+
+@attrs.frozen
+class TuningResult:
+    """The winner and what it took to find it."""
+
+    template: Template
+    params: Mapping[str, Any]
+    seconds: float
+    candidates: int
+    failures: tuple
+    tuning_seconds: float
+    from_cache: bool
+
+
+# Set before the pool forks, read by the workers: nothing is pickled but the index.
+_JOB: dict[str, Any] = {}
+
+
+def _prepare_one(index: int) -> tuple[int, Optional[str]]:
+    cand: Candidate = _JOB["candidates"][index]
+    try:
+        scheduled = cand.template.build(_JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
+        _JOB["prepare"](scheduled)
+        return index, None
+    except Exception as exc:  # one bad candidate must not stop the search
+        return index, f"{type(exc).__name__}: {exc}"
+
+
+def _progress(total: int, description: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console
+
+    quiet = os.environ.get("HIDET_FRAMEWORK_QUIET") == "1" or not sys.stderr.isatty()
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=Console(file=sys.stderr), disable=quiet, transient=True)
+    return progress, description, total
+
+
+def candidates_of(templates: Sequence[Template], target: Target, level: int) -> list[Candidate]:
+    """Level 0: the default of the highest-priority template; else every template's
+    bounded space."""
+    if not templates:
+        raise TuningError("no template to tune")
+    if level == 0:
+        best = max(templates, key=lambda t: t.priority)
+        return [Candidate(best, best.bounded_space(target, 0)[0])]
+    return [Candidate(t, p) for t in templates for p in t.bounded_space(target, level)]
+
+
+def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,
+         templates: Sequence[Template], level: int,
+         prepare: Callable[[Any], Any], measure: Callable[[Any, int], list[float]],
+         cache: Optional[TuningCache] = None, workers: Optional[int] = None) -> TuningResult:
+    """Tune `task` over the templates' candidates at space `level`."""
+    started = time.perf_counter()
+    cache = cache or TuningCache()
+    key = TuningCache.key(task.fingerprint(), target.fingerprint(), operator,
+                          [(t.name, t.version) for t in templates])
+    by_name = {t.name: t for t in templates}
+    record = cache.get(key) if level > 0 else None
+    if record is not None and record["template"] in by_name:
+        return TuningResult(by_name[record["template"]], record["params"], record.get("seconds", 0.0),
+                            record.get("candidates", 0), (), 0.0, True)
+
+    candidates = candidates_of(templates, target, level)
+    if len(candidates) == 1:
+        c = candidates[0]
+        return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
+
+    failures = _build_all(task, attributes, target, candidates, prepare, workers)
+    ok = [i for i in range(len(candidates)) if i not in dict(failures)]
+    if not ok:
+        raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
+    times = _measure_all(task, attributes, target, candidates, ok, measure)
+    best = min(times, key=times.get)
+    result = TuningResult(candidates[best].template, candidates[best].params, times[best], len(candidates),
+                          tuple(failures), time.perf_counter() - started, False)
+    cache.put(key, {"template": result.template.name, "version": result.template.version,
+                    "params": dict(result.params), "seconds": result.seconds,
+                    "candidates": result.candidates, "tuning_seconds": result.tuning_seconds})
+    return result
+
+
+def _build_all(task, attributes, target, candidates, prepare, workers) -> list[tuple[int, str]]:
+    _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare)
+    workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
+    failures: list[tuple[int, str]] = []
+    progress, description, total = _progress(len(candidates), f"building {len(candidates)} candidates")
+    try:
+        with progress:
+            bar = progress.add_task(description, total=total)
+            if workers == 1:
+                results = (_prepare_one(i) for i in range(len(candidates)))
+                for index, error in results:
+                    if error:
+                        failures.append((index, error))
+                    progress.advance(bar)
+            else:
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    for index, error in pool.imap_unordered(_prepare_one, range(len(candidates))):
+                        if error:
+                            failures.append((index, error))
+                        progress.advance(bar)
+    finally:
+        _JOB.clear()
+    return sorted(failures)
+
+
+def _measure_all(task, attributes, target, candidates, indices, measure) -> dict[int, float]:
+    """Two rounds: 3 runs each; then 10 runs for those within 1.25x of the leader."""
+    first: dict[int, float] = {}
+    progress, description, total = _progress(len(indices), f"timing {len(indices)} candidates")
+    with progress:
+        bar = progress.add_task(description, total=total)
+        for i in indices:
+            c = candidates[i]
+            try:
+                scheduled = c.template.build(task, attributes, c.params, target)
+                first[i] = statistics.median(measure(scheduled, 3))
+            except Exception:  # a candidate that fails at run time loses
+                pass
+            progress.advance(bar)
+    if not first:
+        raise TuningError("every candidate failed at run time")
+    leader = min(first.values())
+    close = sorted((i for i in first if first[i] <= 1.25 * leader), key=first.get)[:8]
+    if len(close) == 1:
+        return {close[0]: first[close[0]]}
+    final: dict[int, float] = {}
+    for i in close:
+        c = candidates[i]
+        final[i] = statistics.median(measure(c.template.build(task, attributes, c.params, target), 10))
+    return final
