@@ -1,5 +1,11 @@
 """hidet-plugin-matmul: the matmul and batch_matmul operators and their templates
-(CPU, CUDA SIMT, CUDA tensor core) with their hardware-centric schedule spaces.
+(CPU, CUDA SIMT, CUDA tensor core) with their hardware-centric schedule spaces."""
+from hidet_framework.extension import hookimpl
 
-Its hook implementations arrive with the issues that add these templates.
-"""
+from hidet_plugin_matmul.operators import batch_matmul, matmul
+
+
+@hookimpl
+def register_operators(register):
+    register("matmul", matmul)
+    register("batch_matmul", batch_matmul)
