@@ -1,0 +1,244 @@
+"""The C code generator of the ``cpu`` target: C11 + OpenMP + GCC vector extensions.
+
+What the output looks like::
+
+    #include <stdint.h> ... <omp.h>
+    #define HIDET_EXPORT __attribute__((visibility("default")))
+    (bfloat16 / float16 helpers, min/max helpers, hidet_assert_fail, vector typedefs)
+    /* prototypes */
+    HIDET_EXPORT void add(float* __restrict__ a, ..., int32_t n);
+    /* hidet function: add */
+    HIDET_EXPORT void add(float* __restrict__ a, ..., int32_t n) {
+        #pragma omp parallel for schedule(static)
+        for (int32_t i = 0; i < n; ++i) {
+            c[i] = a[i] + b[i];
+        }
+    }
+
+Rules:
+
+- ``public`` and ``cpu_kernel`` functions are exported (C linkage, default visibility)
+  under ``c_identifier(name)``, the symbol the runtime looks up; ``device``/``host``
+  helpers are ``static inline``. CUDA kernels cannot be printed here.
+- A ``ForStmt(parallel=True)`` becomes ``#pragma omp parallel for schedule(static)``:
+  the workers of a CPU-parallel task mapping become OpenMP threads, each running a
+  contiguous block of iterations. Variables declared inside the body are private to a
+  thread; the body must not write a variable declared outside it (other than tensor
+  elements each iteration owns) and must not ``break``.
+- ``unroll=N`` → ``#pragma GCC unroll N``; ``unroll=True`` unrolls fully when the extent
+  is a constant.
+- float16 is ``_Float16`` and bfloat16 is stored as its ``uint16_t`` bit pattern.
+  Arithmetic on either happens in float: reads convert to float, and stores (and
+  casts to the type, which round) convert back. Scalar float16 parameters of exported
+  functions travel as their bits (``uint16_t``), as the runtime passes them.
+- Vector types (``vector_type(float32, 8)``) are GCC vector types
+  (``typedef float float32x8 __attribute__((vector_size(32)))``): ``+ - * /`` work
+  lane-wise, and with ``-march=native`` they compile to AVX2/AVX-512.
+  A vectorized load is a dereference of a tensor element's address cast to a vector
+  pointer, a store is a store through that pointer::
+
+      vp = pointer_type(float32x8)
+      v = Dereference(cast(Address(a[i]), vp))          # *(float32x8_u*)&a[i]
+      BufferStoreStmt(cast(Address(c[i]), vp), [0], v)  # ((float32x8_u*)&c[i])[0] = v
+
+  Vector pointers use the ``<name>_u`` typedef, aligned like one element, so ``i``
+  need not be a multiple of the lane count and numpy's 16-byte alignment suffices.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen, is_raw_read
+from hidet_framework.backend.signature import FunctionSignature, ParamSpec
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.dtypes import DataType
+from hidet_framework.ir.expr import Cast, Constant, Expr, Var
+from hidet_framework.ir.func import Function, IRModule
+from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.types import PointerType, Scope, TensorType
+
+from . import primitives as _primitives  # noqa: F401  (registers the cpu math primitives)
+
+__all__ = ["CCodegen", "generate", "signatures", "public_signatures"]
+
+ENTRY_KINDS = ("public", "cpu_kernel")
+_HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+_MINMAX_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+_VECTOR_LANES = (2, 4, 8, 16, 32, 64)
+_GCC_MAX_UNROLL = 65534
+
+_HELPERS = r"""
+#define HIDET_EXPORT __attribute__((visibility("default")))
+
+/* bfloat16 lives in memory as the upper half of a float's bits; computed in float. */
+static inline float hidet_bf16_to_f32(uint16_t bits) {
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t hidet_f32_to_bf16(float f) {  /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* float16 scalars cross the ABI as their bits (ctypes has no half type). */
+static inline _Float16 hidet_f16_from_bits(uint16_t bits) {
+    _Float16 h;
+    memcpy(&h, &bits, sizeof h);
+    return h;
+}
+static inline void hidet_assert_fail(const char* message) {
+    fprintf(stderr, "%s\n", message);
+    fflush(stderr);
+    abort();
+}
+"""
+
+
+class CCodegen(CStyleCodegen):
+    """C for the cpu target; see the module docstring for the rules."""
+
+    target_kind = "cpu"
+    SCALAR_TYPE_NAMES = {**CStyleCodegen.SCALAR_TYPE_NAMES, "float16": "_Float16", "bfloat16": "uint16_t"}
+
+    def __init__(self, target: Any = None) -> None:
+        super().__init__(target)
+        self.vector_types: dict[str, DataType] = {}
+
+    # ------------------------------------------------------------- module level
+    def entry_kinds(self) -> tuple[str, ...]:
+        return ENTRY_KINDS
+
+    def reserved_names(self) -> set[str]:
+        names = {"HIDET_EXPORT", "hidet_bf16_to_f32", "hidet_f32_to_bf16", "hidet_f16_from_bits",
+                 "hidet_assert_fail", "omp_get_thread_num", "omp_get_num_threads", "INFINITY", "NAN"}
+        names |= {f"hidet_{op}_{t}" for op in ("min", "max") for t in _MINMAX_TYPES}
+        for t in dtypes.SCALAR_TYPES:  # every vector typedef a module might need
+            names |= {f"{t.name}x{n}{u}" for n in _VECTOR_LANES for u in ("", "_u")}
+        return names
+
+    def preamble(self, module: IRModule) -> list[str]:
+        lines = [f"#include <{h}>" for h in ("stdint.h", "stdbool.h", "math.h", "omp.h", "stdio.h",
+                                             "stdlib.h", "string.h")]
+        lines += _HELPERS.splitlines()
+        for t in _MINMAX_TYPES:  # evaluated once each; `min(a, b)` is `b < a ? b : a` like the IR
+            c = self.SCALAR_TYPE_NAMES[t]
+            lines += [f"static inline {c} hidet_{op}_{t}({c} a, {c} b) {{ return b {cmp} a ? b : a; }}"
+                      for op, cmp in (("min", "<"), ("max", ">"))]
+        for name, t in sorted(self.vector_types.items()):
+            elem, size = self.scalar_type_name(t.element), t.nbytes
+            lines += [f"typedef {elem} {name} __attribute__((vector_size({size})));",
+                      f"typedef {elem} {name}_u __attribute__((vector_size({size}), aligned({t.element.nbytes})));"]
+        return lines
+
+    def function_qualifiers(self, fn: Function) -> str:
+        if fn.kind == "cuda_kernel":
+            raise CodegenError(f"{fn.name!r} is a CUDA kernel; the cpu target cannot print it")
+        return "HIDET_EXPORT" if fn.kind in ENTRY_KINDS else "static inline"
+
+    def param_decl(self, fn: Function, param: Var, name: str) -> tuple[str, list[str]]:
+        if fn.kind in ENTRY_KINDS and param.type is dtypes.float16:
+            bits = self.scope.unique(name + "_bits")
+            return f"uint16_t {bits}", [f"_Float16 {name} = hidet_f16_from_bits({bits});"]
+        return super().param_decl(fn, param, name)
+
+    def scope_prefix(self, scope: Scope) -> str:
+        if scope in (Scope.LOCAL, Scope.REGISTER):  # both are plain locals; gcc picks registers
+            return ""
+        raise CodegenError(f"cpu: cannot declare a variable in {scope.value} scope (only local/register)")
+
+    def for_pragmas(self, s: Any) -> list[str]:
+        if s.parallel:
+            return ["#pragma omp parallel for schedule(static)"]
+        if s.unroll is True:
+            if isinstance(s.extent, Constant) and 0 < s.extent.value <= _GCC_MAX_UNROLL:
+                return [f"#pragma GCC unroll {int(s.extent.value)}"]
+            return []
+        if s.unroll is not None and s.unroll is not False:
+            return [f"#pragma GCC unroll {max(0, min(int(s.unroll), _GCC_MAX_UNROLL))}"]
+        return []
+
+    # ------------------------------------------------------------------ types
+    def vector_type_name(self, t: DataType) -> str:
+        if t.element.is_bool() or t.element is dtypes.bfloat16:
+            raise CodegenError(f"cpu: vector type {t.name} is not supported (no arithmetic on it in C)")
+        self.vector_types[t.name] = t
+        return t.name
+
+    def pointer_type_name(self, t: PointerType) -> str:
+        if isinstance(t.base, DataType) and t.base.lanes > 1:
+            return self.vector_type_name(t.base) + "_u*"  # element-aligned: see module docstring
+        return super().pointer_type_name(t)
+
+    # ------------------------------------------------- float16 / bfloat16 values
+    def load_value(self, text: str, prec: int, t: Any) -> tuple[str, int]:
+        if t is dtypes.float16:
+            return f"(float){text}", UNARY
+        if t is dtypes.bfloat16:
+            return f"hidet_bf16_to_f32({text})", PRIMARY
+        return text, prec
+
+    def store_value(self, value: Expr, t: Any) -> str:
+        if t not in _HALF_TYPES:
+            return super().store_value(value, t)
+        if is_raw_read(value) and infer_type(value) is t:  # a plain copy: no round trip
+            return self.storage(value)
+        if isinstance(value, Cast) and value.dtype is t:  # the store rounds anyway
+            value = value.expr
+        if t is dtypes.float16:
+            return f"(_Float16){self.expr(value, UNARY)}"
+        return f"hidet_f32_to_bf16({self.expr(value)})"
+
+    def cast_value(self, e: Expr, t: Any) -> tuple[str, int]:
+        if t is dtypes.float16:  # round to half, keep computing in float
+            return f"(float)(_Float16){self.expr(e, UNARY)}", UNARY
+        if t is dtypes.bfloat16:
+            return f"hidet_bf16_to_f32(hidet_f32_to_bf16({self.expr(e)}))", PRIMARY
+        if isinstance(t, DataType) and t.lanes > 1:
+            source = infer_type(e)
+            if isinstance(source, DataType) and source.lanes == t.lanes:
+                return f"__builtin_convertvector({self.expr(e)}, {self.type_name(t)})", PRIMARY
+            if isinstance(e, (Var, Constant)):  # broadcast a simple scalar
+                one = self.expr(Cast(e, t.element), UNARY)
+                return f"({self.type_name(t)}){{{', '.join([one] * t.lanes)}}}", PRIMARY
+            raise CodegenError(f"cpu: broadcast to {t} needs a variable or constant operand, got {e}")
+        return super().cast_value(e, t)
+
+    def min_max(self, op: str, t: DataType, a: str, b: str) -> str:
+        if t.lanes > 1:
+            raise CodegenError(f"cpu: {op} of vector type {t} is not supported")
+        name = "float32" if t in _HALF_TYPES else "uint8" if t.is_bool() else t.name
+        return f"hidet_{op}_{name}({a}, {b})"
+
+    def assert_failure(self, message: str) -> list[str]:
+        return [f"hidet_assert_fail({message});"]
+
+
+def generate(module: IRModule, target: Any = None) -> str:
+    """C source of a lowered IR module."""
+    return CCodegen(target).generate(module)
+
+
+def _param_spec(fn: Function, p: Var) -> ParamSpec:
+    t = p.type
+    if isinstance(t, TensorType):
+        shape = tuple(d if isinstance(d, int) else None for d in t.shape)  # symbolic extents: any
+        return ParamSpec(p.hint, "tensor", t.dtype.name, shape)
+    if isinstance(t, PointerType) and isinstance(t.base, DataType) and t.base.lanes == 1:
+        return ParamSpec(p.hint, "tensor", t.base.name, None)
+    if isinstance(t, DataType) and t.lanes == 1:
+        return ParamSpec(p.hint, "scalar", t.name)
+    raise CodegenError(f"function {fn.name!r}: parameter {p.hint!r} of type {t} cannot be passed from Python")
+
+
+def signatures(module: IRModule) -> dict[str, FunctionSignature]:
+    """Signatures of the module's exported (public and cpu_kernel) functions, by name."""
+    return {fn.name: FunctionSignature(fn.name, [_param_spec(fn, p) for p in fn.params])
+            for fn in module.functions.values() if fn.kind in ENTRY_KINDS}
+
+
+def public_signatures(module: IRModule) -> list[FunctionSignature]:
+    """`signatures` as a list (what ``runtime.signatures_of`` asks for)."""
+    return list(signatures(module).values())
