@@ -15,6 +15,11 @@ __version__ = "0.1.0"
 _LAZY_EXPORTS: dict[str, str] = {
     "plugin_host": "hidet_framework.extension",
     "hookimpl": "hidet_framework.extension",
+    "symbol": "hidet_framework.graph",
+    "constant": "hidet_framework.graph",
+    "trace": "hidet_framework.graph",
+    "compile": "hidet_framework.driver",
+    "ops": "hidet_framework.driver",  # the hidet_framework.ops module, which the driver imports
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]

@@ -1,0 +1,122 @@
+"""What every graph pass shares: the pass context and rebuilding a graph with some
+tensors replaced.
+
+A graph pass is a function ``pass_(graph, ctx) -> FlowGraph``. It never mutates its
+input: operators are immutable records, so replacing a tensor means building new
+operators for everything downstream of it. `rebuild` does exactly that, and shares
+every operator whose inputs did not change.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import attrs
+import numpy as np
+
+from hidet_framework.compute.task import Task
+from hidet_framework.graph.flow_graph import FlowGraph
+from hidet_framework.graph.tensor import Operator, Tensor
+
+# Evaluates a task on constant arrays: the outputs, or None when it cannot (no usable
+# backend and too big for the IR evaluator). The driver supplies one that compiles on
+# the CPU; passes never import the driver themselves (it sits above them).
+TaskEvaluator = Callable[[Task, Sequence[np.ndarray]], Optional[Sequence[np.ndarray]]]
+
+# The IR evaluator runs about 10^4..10^5 elements per second; beyond this, folding
+# through it would make compiling slower than running.
+INTERPRETER_ELEMENT_LIMIT = 1 << 14
+
+
+def interpret_task(task: Task, arrays: Sequence[np.ndarray]) -> Optional[list[np.ndarray]]:
+    """Run `task` with the pure-Python IR evaluator; None when it is too big for that."""
+    from hidet_framework.schedule.auto_scheduler import auto_schedule
+    from hidet_framework.ir.evaluator import evaluate_function
+
+    sizes = [int(np.prod([int(s) for s in t.shape], dtype=np.int64)) for t in task.outputs]
+    if sum(sizes) > INTERPRETER_ELEMENT_LIMIT:
+        return None
+    scheduled = auto_schedule(task, "cpu")
+    outputs = [np.empty([int(s) for s in t.shape], dtype=t.dtype.numpy_name) for t in task.outputs]
+    workspace = [np.empty(w.shape, dtype=w.dtype.numpy_name) for w in scheduled.workspace]
+    pools = {"input": [np.ascontiguousarray(a) for a in arrays], "output": outputs, "workspace": workspace}
+    for launch in scheduled.launches:
+        fn = scheduled.module.functions[launch.function]
+        args = [pools[ref.kind][ref.index] for ref in launch.buffers] + list(launch.scalars)
+        evaluate_function(fn, *args, module=scheduled.module)
+    return outputs
+
+
+@attrs.define
+class GraphPassContext:
+    """What graph passes may use besides the graph.
+
+    :param evaluate: runs a task on constants (constant folding).
+    :param rewrite_rules: rewrite rules; None = those plugins registered at point
+        ``graph_rewrite``.
+    :param max_rewrite_rounds: the bound on rewrite rounds before giving up on a
+        fixpoint (a pair of rules undoing each other would otherwise loop forever).
+    :param stats: what each pass did, by pass name (filled by the passes).
+    """
+
+    evaluate: TaskEvaluator = interpret_task
+    rewrite_rules: Optional[Sequence[Any]] = None
+    max_rewrite_rounds: int = 16
+    stats: dict = attrs.field(factory=dict)
+
+    def record(self, pass_name: str, **counts: int) -> None:
+        entry = self.stats.setdefault(pass_name, {})
+        for key, value in counts.items():
+            entry[key] = entry.get(key, 0) + value
+
+
+class Rebuilder:
+    """Rebuilds operators in topological order with some tensors replaced.
+
+    ``replace(old, new)`` records a substitution; ``operator(op)`` returns `op` itself
+    when none of its inputs was replaced, else an equal operator over the new inputs
+    (whose outputs replace the old outputs automatically).
+    """
+
+    def __init__(self) -> None:
+        self._by_uid: dict[int, Tensor] = {}
+
+    def resolve(self, t: Tensor) -> Tensor:
+        while t.uid in self._by_uid:
+            t = self._by_uid[t.uid]
+        return t
+
+    def replace(self, old: Tensor, new: Tensor) -> None:
+        if old.uid != new.uid:
+            self._by_uid[old.uid] = new
+
+    def operator(self, op: Operator) -> Operator:
+        inputs = [self.resolve(t) for t in op.inputs]
+        if all(a is b for a, b in zip(inputs, op.inputs)):
+            return op
+        new = Operator(op.name, inputs, op.task, op.attributes)
+        for old_out, new_out in zip(op.outputs, new.outputs):
+            new_out.name = old_out.name  # keep readable names stable across passes
+            self.replace(old_out, new_out)
+        return new
+
+    def graph(self, graph: FlowGraph) -> FlowGraph:
+        """The graph with the same inputs whose outputs are the resolved outputs."""
+        outputs = [self.resolve(t) for t in graph.outputs]
+        if all(a is b for a, b in zip(outputs, graph.outputs)):
+            return FlowGraph(graph.inputs, graph.outputs)
+        return FlowGraph(graph.inputs, outputs)
+
+
+def attributes_key(attributes: dict) -> str:
+    """A canonical, hashable text of operator attributes (values may be lists, tuples,
+    numpy arrays...), for comparing operators."""
+    def canon(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return ("ndarray", v.dtype.str, v.shape, v.tobytes().hex())
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(canon(x) for x in v))
+        if isinstance(v, dict):
+            return ("dict", tuple(sorted((str(k), canon(x)) for k, x in v.items())))
+        return (type(v).__name__, repr(v))
+
+    return repr(canon(dict(attributes)))

@@ -1,0 +1,97 @@
+"""The pattern-rewrite engine: plugins supply rules, this applies them to a fixpoint.
+
+A rule is an object registered through ``register_passes`` with
+
+- ``point == "graph_rewrite"``,
+- ``op_names``: the operator names it looks at (it is never shown other operators),
+- ``rewrite(op) -> list[Tensor] | None``: replacement tensors for ``op.outputs``
+  (same count, shapes and dtypes), built from ``op.inputs``; None leaves `op` alone.
+
+Rules are tried in registration order; the first that answers wins for that operator.
+A round visits every operator once (inputs already rewritten, so rules see the current
+graph); rounds repeat until none fires, at most ``ctx.max_rewrite_rounds`` times — two
+rules that undo each other must not hang the compiler, so the bound is reported with a
+warning naming the rules still firing, and the last graph (still correct) is kept.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+from hidet_framework.graph.flow_graph import FlowGraph
+from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder
+from hidet_framework.graph.tensor import Operator, Tensor
+
+REWRITE_POINT = "graph_rewrite"
+
+
+class GraphRewriteError(ValueError):
+    """A rewrite rule returned something that cannot replace the operator."""
+
+
+def registered_rules() -> list[Any]:
+    from hidet_framework.extension import plugin_host
+
+    return list(plugin_host().passes.passes_at(REWRITE_POINT))
+
+
+def _rule_name(rule: Any) -> str:
+    return getattr(rule, "name", None) or type(rule).__name__
+
+
+def _check_replacement(rule: Any, op: Operator, outs: Any) -> list[Tensor]:
+    if isinstance(outs, Tensor):
+        outs = [outs]
+    outs = list(outs)
+    where = f"rewrite rule {_rule_name(rule)!r} on {op!r}"
+    if len(outs) != len(op.outputs):
+        raise GraphRewriteError(f"{where}: returned {len(outs)} tensors for {len(op.outputs)} outputs")
+    for k, (old, new) in enumerate(zip(op.outputs, outs)):
+        if not isinstance(new, Tensor):
+            raise GraphRewriteError(f"{where}: output {k} replacement is {type(new).__name__}, not a Tensor")
+        if new.shape != old.shape or new.dtype is not old.dtype:
+            raise GraphRewriteError(f"{where}: output {k} is {old.dtype.short}{list(old.shape)}, "
+                                    f"the replacement is {new.dtype.short}{list(new.shape)}")
+    return outs
+
+
+def _round(graph: FlowGraph, by_name: dict[str, list[Any]]) -> tuple[FlowGraph, list[str]]:
+    """One sweep in topological order; returns the new graph and the rules that fired."""
+    rebuild = Rebuilder()
+    fired: list[str] = []
+    for op in graph.nodes:
+        op = rebuild.operator(op)
+        for rule in by_name.get(op.name, ()):
+            outs = rule.rewrite(op)
+            if outs is None:
+                continue
+            outs = _check_replacement(rule, op, outs)
+            if any(new is not old for new, old in zip(outs, op.outputs)):
+                for old, new in zip(op.outputs, outs):
+                    rebuild.replace(old, new)
+                fired.append(_rule_name(rule))
+            break
+    return rebuild.graph(graph), fired
+
+
+def rewrite_patterns(graph: FlowGraph, ctx: GraphPassContext | None = None) -> FlowGraph:
+    ctx = ctx or GraphPassContext()
+    rules: Sequence[Any] = registered_rules() if ctx.rewrite_rules is None else ctx.rewrite_rules
+    by_name: dict[str, list[Any]] = {}
+    for rule in rules:
+        for name in getattr(rule, "op_names", ()):
+            by_name.setdefault(name, []).append(rule)
+    if not by_name or ctx.max_rewrite_rounds <= 0:
+        return graph
+    applied = 0
+    for _ in range(ctx.max_rewrite_rounds):
+        graph, fired = _round(graph, by_name)
+        applied += len(fired)
+        if not fired:
+            break
+    else:
+        warnings.warn(f"graph rewriting did not reach a fixpoint in {ctx.max_rewrite_rounds} rounds; "
+                      f"rules still firing: {', '.join(sorted(set(fired)))}. Keeping the last graph.",
+                      RuntimeWarning, stacklevel=2)
+    ctx.record("rewrite_patterns", applied=applied)
+    return graph
