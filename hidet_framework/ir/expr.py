@@ -144,7 +144,7 @@ class TensorElement(Expr):
     """One element ``base[i0, i1, ...]`` of a tensor or pointer."""
 
     base: Expr
-    indices: tuple = attrs.field(converter=tuple)
+    indices: tuple = attrs.field(converter=lambda xs: tuple(convert(x) for x in xs))
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)

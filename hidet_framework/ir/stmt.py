@@ -41,7 +41,7 @@ class BufferStoreStmt(Stmt):
     """``base[indices] = value`` for a tensor or pointer `base`."""
 
     base: Expr
-    indices: tuple = attrs.field(converter=tuple)
+    indices: tuple = attrs.field(converter=lambda xs: tuple(convert(x) for x in xs))
     value: Expr = attrs.field(converter=convert)
 
 
