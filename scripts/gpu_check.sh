@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One full check on the lent GPU machine (no network): install the project offline,
-# record the GPU, run the `cuda` tests, the GPU benchmarks and compute-sanitizer.
+# record the GPU, run the GPU benchmarks, the `cuda` tests and compute-sanitizer.
 # Every step runs even when an earlier one failed; the exit status is non-zero when
 # any step failed. Usage: bash scripts/gpu_check.sh OUTDIR
+# OUTDIR gets at most 8 files (what the device tool brings back): every step's output
+# in one check.log, summary.txt, the pytest junit XML, and the benchmarks' JSON; any
+# overflow is bundled into extra.tar.gz.
 set -u
 OUT="${1:?usage: gpu_check.sh OUTDIR}"
 mkdir -p "$OUT"
@@ -12,14 +15,27 @@ export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 FAILED=()
 
-step() {  # step NAME COMMAND...: run, log to OUT/NAME.log, remember a failure
+step() {  # step NAME COMMAND...: run, append to OUT/check.log, remember a failure
   local name="$1"; shift
-  echo "=== $name: $*"
+  echo "=== $name: $*" | tee -a "$OUT/check.log"
   local start=$SECONDS
-  "$@" 2>&1 | tee "$OUT/$name.log"
+  "$@" 2>&1 | tee -a "$OUT/check.log"
   local rc=${PIPESTATUS[0]}
-  echo "=== $name: exit $rc after $((SECONDS - start)) s"
+  echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$OUT/check.log"
   [ $rc -eq 0 ] || FAILED+=("$name($rc)")
+}
+
+torch_import() {  # torch must import from the repository root (nothing here may shadow it)
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+}
+
+bundle_overflow() {  # keep OUT within 8 files: everything past the first 7 goes into one tarball
+  local files extra
+  mapfile -t files < <(cd "$OUT" && find . -type f | sed 's|^\./||' | sort)
+  [ ${#files[@]} -le 8 ] && return 0
+  mapfile -t extra < <(printf '%s\n' "${files[@]}" | grep -v -x -e check.log -e summary.txt \
+    -e pytest_cuda.xml -e gpu_bandwidth.json | tail -n +4)
+  (cd "$OUT" && tar czf extra.tar.gz "${extra[@]}" && rm -f "${extra[@]}")
 }
 
 install_project() {
@@ -59,12 +75,15 @@ sanitize() {
 
 step install install_project
 step nvidia_smi nvidia-smi
-step pytest_cuda "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
+step torch_import torch_import
 step bench run_benchmarks
-step memcheck sanitize
+step pytest_cuda timeout 170 "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
+step memcheck timeout 60 bash -c "$(declare -f sanitize); PY='$PY' sanitize"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "FAILED steps: ${FAILED[*]}" | tee "$OUT/summary.txt"
+  bundle_overflow
   exit 1
 fi
 echo "all steps passed" | tee "$OUT/summary.txt"
+bundle_overflow

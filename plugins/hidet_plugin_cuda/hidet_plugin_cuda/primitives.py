@@ -1,0 +1,132 @@
+"""Primitive functions of the ``cuda`` target: what a call prints as in CUDA C.
+
+Three families, registered on import (``hidet_framework.ir.primitives``):
+
+- **Worker indices**: ``threadIdx_x`` … ``gridDim_z`` (int32). The auto-scheduler
+  declares ``threadIdx_x``/``blockIdx_x`` without a spelling; this gives them the cuda
+  one. They print as ``(int)threadIdx.x``: CUDA's are unsigned, and ``threadIdx.x - 1``
+  must be signed arithmetic like the IR's int32.
+- **Math**: the CPU plugin's names (``exp_f32``, ``exp_f64``, ``fma_f32``, …) with their
+  CUDA spellings. Exact by default (``expf``, not the approximate ``__expf``): a kernel
+  that wants the fast path asks for ``fast_exp_f32`` explicitly.
+- **Sync, warp and atomics**: ``syncthreads``, ``syncwarp``, shuffles (one primitive
+  per value type: ``shfl_down_sync_f32``…), ``atomic_add_f32`` / ``atomic_add_i32``,
+  ``cvta_to_shared`` (a generic pointer to a 32-bit shared-memory address, what PTX
+  operands want) and ``dynamic_smem`` (the kernel's dynamic shared memory, bytes).
+
+Tensor-core and async-copy instructions are not primitives: `hidet_plugin_cuda.lang`
+builds them as ``AsmStmt`` (inline PTX) directly in the IR, so their register operands
+are ordinary IR lvalues the code generator names. The generic builders (`exp`,
+`shfl_down_sync`, `atomic_add`…) live in ``lang`` and pick the variant by dtype.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Callable
+
+import numpy as np
+
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.primitives import PrimitiveFunction
+from hidet_framework.ir.primitives import register_primitive as _register_core
+
+__all__ = ["MATH_FUNCTIONS", "SHUFFLE_TYPES", "ATOMIC_ADD_TYPES", "DYNAMIC_SMEM_NAME", "CUDA_TEMPLATES"]
+
+KIND = "cuda"
+DYNAMIC_SMEM_NAME = "hidet_dyn_smem"  # declared by the code generator's preamble
+
+# name -> (CUDA spelling with `{s}` for the float32 suffix `f`, numpy implementation)
+MATH_FUNCTIONS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "exp": ("exp{s}({0})", np.exp),
+    "log": ("log{s}({0})", np.log),
+    "sqrt": ("sqrt{s}({0})", np.sqrt),
+    "rsqrt": ("rsqrt{s}({0})", lambda x: 1.0 / np.sqrt(x)),
+    "tanh": ("tanh{s}({0})", np.tanh),
+    "erf": ("erf{s}({0})", lambda x: math.erf(float(x))),
+    "abs": ("fabs{s}({0})", np.abs),
+    "floor": ("floor{s}({0})", np.floor),
+    "ceil": ("ceil{s}({0})", np.ceil),
+    "sin": ("sin{s}({0})", np.sin),
+    "cos": ("cos{s}({0})", np.cos),
+    "pow": ("pow{s}({0}, {1})", np.power),
+    "min": ("fmin{s}({0}, {1})", np.fmin),
+    "max": ("fmax{s}({0}, {1})", np.fmax),
+    "fma": ("fma{s}({0}, {1}, {2})", lambda a, b, c: _fma_exact(a, b, c)),
+}
+# approximate float32 intrinsics, opt-in only
+FAST_MATH_F32 = {"fast_exp_f32": "__expf({0})", "fast_log_f32": "__logf({0})"}
+
+SHUFFLE_TYPES = {"f32": dtypes.float32, "i32": dtypes.int32, "u32": dtypes.uint32,
+                 "f64": dtypes.float64, "i64": dtypes.int64}
+ATOMIC_ADD_TYPES = {"f32": dtypes.float32, "i32": dtypes.int32, "u32": dtypes.uint32, "f64": dtypes.float64}
+
+# Every cuda spelling registered here: the code generator reserves the identifiers
+# they use (``expf``, ``__shfl_down_sync``...) so no IR variable can shadow them.
+CUDA_TEMPLATES: list[str] = []
+
+
+def register_primitive(prim: PrimitiveFunction) -> PrimitiveFunction:
+    CUDA_TEMPLATES.append(prim.emit[KIND])
+    return _register_core(prim)
+
+
+_FLOATS = {"f32": (dtypes.float32, np.float32, "f"), "f64": (dtypes.float64, np.float64, "")}
+
+
+def _fma_exact(a: Any, b: Any, c: Any) -> float:
+    """a*b+c rounded once, like the hardware's fma (exact rationals, then one rounding)."""
+    if not all(math.isfinite(float(x)) for x in (a, b, c)):
+        return float(a) * float(b) + float(c)
+    return float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def _evaluator(impl: Callable[..., Any], np_type: Any) -> Callable[..., Any]:
+    def evaluate(*args: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return np_type(impl(*(np_type(a) for a in args)))
+    return evaluate
+
+
+def _register_indices() -> None:
+    limits = {"threadIdx": (0, 1024), "blockIdx": (0, 2**31 - 1), "blockDim": (1, 1025), "gridDim": (1, 2**31)}
+    for base, bounds in limits.items():
+        for axis in "xyz":
+            # evaluate: the IR evaluator runs one thread of one block (index 0, extent 1)
+            value = 0 if base in ("threadIdx", "blockIdx") else 1
+            register_primitive(PrimitiveFunction(f"{base}_{axis}", dtypes.int32, {KIND: f"(int){base}.{axis}"},
+                                                 evaluate=lambda v=value: v, bounds=bounds))
+
+
+def _register_math() -> None:
+    for name, (template, impl) in MATH_FUNCTIONS.items():
+        for short, (dtype, np_type, suffix) in _FLOATS.items():
+            register_primitive(PrimitiveFunction(f"{name}_{short}", dtype, {KIND: template.replace("{s}", suffix)},
+                                                 evaluate=_evaluator(impl, np_type)))
+    for name, text in FAST_MATH_F32.items():
+        register_primitive(PrimitiveFunction(name, dtypes.float32, {KIND: text}))
+
+
+def _register_sync_warp_atomic() -> None:
+    register_primitive(PrimitiveFunction("syncthreads", None, {KIND: "__syncthreads()"}, evaluate=lambda: None))
+    register_primitive(PrimitiveFunction("syncwarp", None, {KIND: "__syncwarp({0})"}, evaluate=lambda m: None))
+    for short, t in SHUFFLE_TYPES.items():
+        for kind in ("down", "up", "xor"):
+            register_primitive(PrimitiveFunction(f"shfl_{kind}_sync_{short}", t,
+                                                 {KIND: f"__shfl_{kind}_sync({{0}}, {{1}}, {{2}}, {{3}})"}))
+        register_primitive(PrimitiveFunction(f"shfl_sync_{short}", t, {KIND: "__shfl_sync({0}, {1}, {2}, {3})"}))
+    for short, t in ATOMIC_ADD_TYPES.items():
+        # returns the old value; a statement use simply drops it
+        register_primitive(PrimitiveFunction(f"atomic_add_{short}", t, {KIND: "atomicAdd({0}, {1})"}))
+    register_primitive(PrimitiveFunction("float_as_uint", dtypes.uint32, {KIND: "__float_as_uint({0})"}))
+    register_primitive(PrimitiveFunction("uint_as_float", dtypes.float32, {KIND: "__uint_as_float({0})"}))
+    register_primitive(PrimitiveFunction("cvta_to_shared", dtypes.uint32,
+                                         {KIND: "(unsigned int)__cvta_generic_to_shared({0})"}))
+    # The result type is a pointer (a Call built by lang.dynamic_smem_bytes_pointer);
+    # PrimitiveFunction holds scalar result types only, so none is declared here.
+    register_primitive(PrimitiveFunction("dynamic_smem", None, {KIND: DYNAMIC_SMEM_NAME}))
+
+
+_register_indices()
+_register_math()
+_register_sync_warp_atomic()
