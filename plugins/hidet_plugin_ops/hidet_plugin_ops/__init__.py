@@ -1,6 +1,39 @@
-"""hidet-plugin-ops: injective, elementwise, shape and pooling operators, and graph
-rewrite rules (e.g. conv2d → matmul), contributed to hidet-framework through the
-``hidet_framework`` entry-point group.
+"""hidet-plugin-ops: injective, elementwise, shape and pooling operators, conv2d, and
+graph rewrite rules (conv2d → im2col + matmul), contributed to hidet-framework through
+the ``hidet_framework`` entry-point group.
 
-Its hook implementations arrive with the issues that add these operators.
+Every operator is a Python function taking `Tensor`s (attributes as keyword
+arguments) and returning a `Tensor` (or a tuple), built as
+``Operator(name, inputs, task, attributes).outputs``; its math is written once, as
+compute definitions. Users reach them as ``hidet_framework.ops.<name>``.
 """
+from __future__ import annotations
+
+from typing import Callable
+
+from hidet_framework.extension import hookimpl
+
+from . import binary, conv, pooling, rewrites, shape_layout, shape_select, unary
+
+
+def operators() -> dict[str, Callable]:
+    """Every operator this plugin registers, by name."""
+    table: dict[str, Callable] = {}
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv):
+        for name, fn in family.OPERATORS.items():
+            if name in table:
+                raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")
+            table[name] = fn
+    return table
+
+
+@hookimpl
+def register_operators(register) -> None:
+    for name, fn in operators().items():
+        register(name, fn)
+
+
+@hookimpl
+def register_passes(register) -> None:
+    for rule in rewrites.RULES:
+        register(rule.name, rule)

@@ -1,0 +1,103 @@
+"""Graph rewrite rules this plugin contributes (``register_passes``).
+
+Protocol, shared with the core's pattern-rewrite engine: a rule is registered as
+``register(name, rule)`` where `rule` has
+
+- ``point = "graph_rewrite"``: the pipeline point at which the engine runs it;
+- ``op_names``: the operator names it looks at (the engine calls it only for those);
+- ``rewrite(op) -> list[Tensor] | None``: given an `Operator` of the graph, either
+  None (no change) or new tensors, one per ``op.outputs`` with the same shapes and
+  dtypes, built from ``op.inputs`` with operator functions; the engine redirects the
+  consumers of each old output to the new one.
+
+The conv2d rule names ``matmul`` through the operator registry
+(``plugin_host().operators``) and never imports the plugin that defines it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import attrs
+
+from hidet_framework.graph import Operator, ShapeError, Tensor
+
+from . import binary, conv, shape_layout, unary
+
+
+@attrs.frozen
+class GraphRewriteRule:
+    """A rewrite rule as the pass registry holds it (see the module docstring)."""
+
+    name: str
+    op_names: tuple
+    rewrite: Callable[[Operator], "list[Tensor] | None"]
+    point: str = "graph_rewrite"
+    description: str = ""
+
+
+def _registered_matmul() -> Callable | None:
+    from hidet_framework.extension import plugin_host
+
+    operators = plugin_host().operators
+    return operators["matmul"] if "matmul" in operators else None
+
+
+def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
+    """conv2d → im2col, then ``matmul`` with the weight as a [K, O] matrix (per group
+    [G, K, O/G]), then back to NCHW (reshape + transpose), then the bias.
+
+    None when `op` is not a conv2d, when no ``matmul`` operator is registered, or
+    when the registered matmul does not accept these operands (the direct conv2d
+    stays: a rewrite may only fall back, never fail the graph).
+    """
+    if op.name != "conv2d":
+        return None
+    matmul = _registered_matmul()
+    if matmul is None:
+        return None
+    x, weight = op.inputs[0], op.inputs[1]
+    bias = op.inputs[2] if len(op.inputs) > 2 else None
+    a = op.attributes
+    groups = a["groups"]
+    n = x.shape[0]
+    o, cig, kh, kw = weight.shape
+    expected = op.outputs[0]
+    oh, ow = expected.shape[2], expected.shape[3]
+    k = cig * kh * kw
+    cols = conv.im2col(x, (kh, kw), stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
+                       groups=groups)
+    try:
+        if groups == 1:
+            w_mat = shape_layout.transpose(shape_layout.reshape(weight, [o, k]), [1, 0])   # [K, O]
+            y = _single(matmul(cols, w_mat))                                               # [N*OH*OW, O]
+            y = shape_layout.transpose(shape_layout.reshape(y, [n, oh, ow, o]), [0, 3, 1, 2])
+        else:
+            cog = o // groups
+            w_mat = shape_layout.transpose(shape_layout.reshape(weight, [groups, cog, k]), [0, 2, 1])
+            y = _single(matmul(cols, w_mat))                                               # [G, N*OH*OW, O/G]
+            y = shape_layout.reshape(y, [groups, n, oh, ow, cog])
+            y = shape_layout.reshape(shape_layout.transpose(y, [1, 0, 4, 2, 3]), [n, o, oh, ow])
+    except (ShapeError, TypeError, ValueError):
+        return None  # this matmul does not take these operands: keep the direct conv2d
+    if y.dtype is not expected.dtype:
+        y = unary.cast(y, expected.dtype)
+    if bias is not None:
+        y = binary.add(y, shape_layout.reshape(bias, [o, 1, 1]))
+    if tuple(y.shape) != tuple(expected.shape):
+        return None
+    return [y]
+
+
+def _single(outputs: Tensor | Sequence[Tensor]) -> Tensor:
+    if isinstance(outputs, Tensor):
+        return outputs
+    outputs = tuple(outputs)
+    if len(outputs) != 1:
+        raise TypeError(f"matmul returned {len(outputs)} outputs, expected one")
+    return outputs[0]
+
+
+RULES: tuple[GraphRewriteRule, ...] = (
+    GraphRewriteRule("conv2d_to_matmul", ("conv2d",), conv2d_to_matmul,
+                     description="conv2d as im2col (injective, fusible into the GEMM's loads) + matmul"),
+)

@@ -1,0 +1,72 @@
+"""Fixtures of the ops plugin tests: the plugin registered in an isolated plugin host
+(nothing installed leaks in), the graph runner, and fresh random inputs."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_runner():
+    # tests run in importlib mode (no sys.path entry for this folder): load by path
+    spec = importlib.util.spec_from_file_location("ops_test_graph_runner", os.path.join(_HERE, "graph_runner.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_RUNNER = _load_runner()
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """graph_runner.py: run_with_evaluator, run_compiled, run, assert_close."""
+    return _RUNNER
+
+
+@pytest.fixture(autouse=True)
+def ops_host(isolated_plugin_host):
+    """A plugin host holding only hidet_plugin_ops (and the cpu backend where the
+    compiled path needs it), for the duration of one test."""
+    import hidet_plugin_ops
+
+    with isolated_plugin_host.temporary_plugin(hidet_plugin_ops, "ops"):
+        if _RUNNER.compile_available():
+            import hidet_plugin_cpu
+
+            with isolated_plugin_host.temporary_plugin(hidet_plugin_cpu, "cpu"):
+                yield isolated_plugin_host
+        else:
+            yield isolated_plugin_host
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random numbers each run (the seed is printed when a test fails)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"rng seed: {seed}")
+    return np.random.default_rng(seed)
+
+
+def random_array(rng, shape, dtype="float32", low=-2.0, high=2.0):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(int(low) if dtype.kind == "i" else 0, int(high) + 1, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+@pytest.fixture
+def rand(rng):
+    """``rand(shape, dtype="float32", low=-2, high=2)``: a fresh random array."""
+    return lambda shape, dtype="float32", low=-2.0, high=2.0: random_array(rng, shape, dtype, low, high)
+
+
+def pytest_report_header(config):
+    return ["ops tests: graphs run on " + ("hf.compile (cpu)" if _RUNNER.compile_available()
+                                           else "the IR evaluator") + " when the driver probe passes"]
