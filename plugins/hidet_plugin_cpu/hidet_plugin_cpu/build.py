@@ -23,7 +23,10 @@ from .target import detect_cpu_target
 __all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library", "source_context"]
 
 COMPILER = os.environ.get("HIDET_FRAMEWORK_CC", "gcc")
-CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+# -std=c11 (ISO mode) turns floating-point contraction off, so `acc + a * b` would stay a
+# multiply and an add; -ffp-contract=fast lets gcc emit FMA instructions (one rounding,
+# twice the throughput), as every BLAS does.
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=fast")
 LDFLAGS: tuple[str, ...] = ("-lm",)
 SOURCE_NAME = "source.c"
 CONTEXT_LINES = 3
