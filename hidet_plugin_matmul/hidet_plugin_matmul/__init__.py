@@ -9,3 +9,16 @@ from hidet_plugin_matmul.operators import batch_matmul, matmul
 def register_operators(register):
     register("matmul", matmul)
     register("batch_matmul", batch_matmul)
+
+
+@hookimpl
+def register_templates(register):
+    # Imported here so the operators stay importable even if a template module breaks.
+    from hidet_plugin_matmul.cpu_template import CpuPackedMatmul
+
+    register("matmul.cpu_packed", CpuPackedMatmul())
+    from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
+    from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
+
+    register("matmul.cuda_simt", CudaSimtMatmul())
+    register("matmul.cuda_tensor_core", CudaTensorCoreMatmul())

@@ -1,0 +1,122 @@
+"""The schedule space of the CPU matmul template, derived from the target only.
+
+A candidate is a dict of ints/strings (JSON-serialisable, so the tuning cache keeps it):
+
+- ``mr``, ``nr``: the register tile of the micro-kernel. ``nr`` is ``nv`` SIMD vectors
+  of B along N, ``mr`` rows of A broadcast one at a time; ``mr * nv`` accumulators plus
+  ``nv`` B vectors plus one broadcast must fit the vector register file (32 registers
+  with AVX-512, 16 below), and there must be enough independent accumulators to hide
+  the FMA latency.
+- ``kc``: the depth of one K block. Sized so the micro-panel that stays put while the
+  other streams fits half of L1.
+- ``nsub``: the columns of B one work item streams over (a sub-block of ``kc x nsub``
+  floats), sized for half of L2; ``mc``: the rows of A one work item packs (``mc x kc``),
+  sized for a quarter of L2.
+- ``nsplit``: how many work items share one column block of B (``nc = nsplit * nsub``
+  columns are packed at a time): with ``nsplit == cores`` every thread keeps its own
+  B sub-block in its own L2, and a short M still feeds every core.
+- ``order``: ``"a_in_l1"`` keeps an A micro-panel (mr x kc) in L1 while B micro-panels
+  stream through it; ``"b_in_l1"`` keeps a B micro-panel (kc x nr) while A streams.
+- ``lanes``: float32 lanes of one SIMD vector (the candidate carries its width, so a
+  candidate of a narrower target still builds here).
+- ``ku``: unroll factor hint of the K loop.
+
+Nothing here looks at M, N or K: the template clamps the blocks to the shape at build
+time and zero-pads the edges, so every candidate is legal for every shape.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+__all__ = ["cpu_matmul_space", "micro_tiles", "default_params"]
+
+FLOAT_BYTES = 4
+
+
+def _round_down(x: float, step: int, lo: int) -> int:
+    return max(lo, int(x) // step * step)
+
+
+def target_facts(target: Any) -> dict:
+    vector_bits = int(target.get("vector_bits", 256))
+    return {
+        "lanes": max(1, vector_bits // 32),
+        "registers": 32 if vector_bits >= 512 else 16,
+        "cores": max(1, int(target.get("cores", 1))),
+        "l1": int(target.get("l1d_bytes", 32 * 1024)),
+        "l2": int(target.get("l2_bytes", 512 * 1024)),
+    }
+
+
+def micro_tiles(facts: dict) -> list[tuple[int, int]]:
+    """(mr, nv) register tiles that fit the register file with at least 8 accumulators
+    (FMA latency x pipes), best guesses first."""
+    regs = facts["registers"]
+    out = []
+    for nv in (2, 3, 4, 1):
+        for mr in (14, 12, 10, 8, 6, 9, 4, 28, 24, 16):
+            acc = mr * nv
+            if acc + nv + 1 <= regs and acc >= 8 and (mr, nv) not in out:
+                out.append((mr, nv))
+    # Sort by how many accumulators they use (more hides more latency), stable.
+    return sorted(out, key=lambda t: -t[0] * t[1])
+
+
+def _blocks(facts: dict, mr: int, nr: int, order: str, kc_scale: float, l2_scale: float) -> dict:
+    l1, l2 = facts["l1"], facts["l2"]
+    resident = mr if order == "a_in_l1" else nr  # the micro-panel kept in L1
+    kc = _round_down(l1 * 0.5 * kc_scale / (resident * FLOAT_BYTES), 16, 32)
+    kc = min(kc, 1024)
+    nsub = _round_down(l2 * 0.5 * l2_scale / (kc * FLOAT_BYTES), nr, nr)
+    mc = _round_down(l2 * 0.25 * l2_scale / (kc * FLOAT_BYTES), mr, mr)
+    return {"kc": kc, "nsub": min(nsub, 64 * nr), "mc": min(mc, 64 * mr)}
+
+
+def candidate(facts: dict, mr: int, nv: int, order: str, kc_scale: float = 1.0,
+              l2_scale: float = 1.0, split_scale: int = 1, ku: int = 4) -> dict:
+    nr = nv * facts["lanes"]
+    return {"mr": mr, "nr": nr, "lanes": facts["lanes"], "order": order, **_blocks(facts, mr, nr, order, kc_scale, l2_scale),
+            "nsplit": facts["cores"] * split_scale, "ku": ku}
+
+
+def default_params(target: Any) -> dict:
+    facts = target_facts(target)
+    mr, nv = _default_tile(facts)
+    return candidate(facts, mr, nv, "a_in_l1")
+
+
+def _default_tile(facts: dict) -> tuple[int, int]:
+    tiles = micro_tiles(facts)
+    # 12 x 2 vectors (24 accumulators) where 32 registers exist; else the largest.
+    return (12, 2) if (12, 2) in tiles else tiles[0]
+
+
+def cpu_matmul_space(target: Any, level: int) -> list[dict]:
+    """Candidates, the default first; level 1 is a curated subset of level 2."""
+    facts = target_facts(target)
+    first = default_params(target)
+    tiles = micro_tiles(facts)
+    out = [first]
+
+    def add(c: dict) -> None:
+        if c not in out:
+            out.append(c)
+
+    if level == 0:
+        return out
+    if level == 1:
+        top = tiles[:5]
+        for (mr, nv), order in itertools.product(top, ("a_in_l1", "b_in_l1")):
+            add(candidate(facts, mr, nv, order))
+        for mr, nv in top[:3]:
+            for kc_scale, l2_scale in ((0.5, 1.0), (2.0, 1.0), (1.0, 0.5)):
+                add(candidate(facts, mr, nv, "a_in_l1", kc_scale, l2_scale))
+        for mr, nv in top[:2]:
+            add(candidate(facts, mr, nv, "a_in_l1", split_scale=2))
+            add(candidate(facts, mr, nv, "a_in_l1", ku=1))
+        return out[:30]
+    for (mr, nv), order, kc_scale, l2_scale, split_scale in itertools.product(
+            tiles, ("a_in_l1", "b_in_l1"), (1.0, 0.5, 2.0), (1.0, 0.5), (1, 2)):
+        add(candidate(facts, mr, nv, order, kc_scale, l2_scale, split_scale))
+    return out[:200]
