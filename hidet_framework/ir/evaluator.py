@@ -7,7 +7,8 @@ same before and after it. It is slow by design and meant for small sizes.
 Semantics fixed here (and followed by the C-style backends): integer division and
 modulo truncate toward zero like C; integer results wrap to their type's width;
 floating-point values are numpy scalars of their type; a ``for``-mapping runs its body
-for ``mapping.worker2task(worker)`` in order; tensors declared in a function start
+for ``mapping.worker2task(worker)`` in order (nothing for a worker beyond the mapping's
+worker count, like the lowered guard); tensors declared in a function start
 poisoned (NaN for floats, a fixed odd pattern for integers) so a read before a write
 shows.
 """
@@ -215,6 +216,8 @@ class Evaluator(_Dispatch):
 
     def visit_ForMappingStmt(self, s: ForMappingStmt) -> None:
         worker = int(self.eval_expr(s.worker))
+        if worker >= s.mapping.num_workers:
+            return  # more workers than the mapping has: the extra ones run no task
         for task in s.mapping.worker2task(worker):
             for v, i in zip(s.vars, task):
                 self.env[v] = int(i)
