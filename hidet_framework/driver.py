@@ -181,29 +181,70 @@ def resolve_space(space: int | None) -> int:
 
 # ------------------------------------------------------------------ scheduling seam
 
-def _schedule(task: Task, op_name: str, target: Any, space: int) -> ScheduledTask:
-    """Choose the ScheduledTask of `task`: the tuner's pick among the candidates of the
-    templates plugins registered for (`op_name`, target kind), else the auto-scheduler.
-
-    The tuner (``hidet_framework.tuner``, a later issue) is called as
-    ``tune(task, templates, target=target, space=space) -> ScheduledTask``."""
-    templates = plugin_host().templates.templates_for(op_name, target.kind)
-    if templates:
-        try:
-            from hidet_framework.tuner import tune  # type: ignore[import-not-found]
-        except ImportError:
-            tune = None  # templates exist but no tuner yet: the auto-scheduler is still correct
-        if tune is not None:
-            return tune(task, templates, target=target, space=space)
-    return auto_schedule(task, target.kind)
+def _random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    carrier = numpy_dtype(dtype)
+    if carrier.kind == "f":
+        return rng.standard_normal(shape).astype(carrier)
+    if carrier.kind == "b":
+        return rng.integers(0, 2, shape).astype(carrier)
+    return rng.integers(0, 8, shape).astype(carrier)  # small: safe as indices and divisors
 
 
-def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: str | None = None) -> CompiledTask:
+def _tuner_hooks(task: Task, backend: Any, target: Any) -> tuple[Callable, Callable]:
+    """The tuner's `prepare` (run in its build workers: lower + codegen + build, which
+    fills the build cache) and `measure` (here: load from that cache, time with the
+    device's timers on random inputs)."""
+    from hidet_framework.transforms.pipeline import lower
+
+    def prepare(scheduled: ScheduledTask) -> None:
+        lowered = lower(scheduled.module, target.kind)
+        backend.build(backend.codegen(lowered, target), target, name=lowered.name)
+
+    def measure(scheduled: ScheduledTask, repeat: int) -> list[float]:
+        device = backend.device
+        loaded = backend.compile(lower(scheduled.module, target.kind), target)
+        compiled = CompiledTask(task, scheduled, loaded, device, target.kind)
+        rng = np.random.default_rng(0)
+        inputs = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng)) for t in task.inputs]
+        outputs = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
+        launches = compiled.bind(inputs, outputs, compiled.allocate_workspace())
+
+        def run() -> None:
+            for fn, args in launches:
+                fn(*args)
+
+        return device.time(run, warmup=1, repeat=repeat)
+
+    return prepare, measure
+
+
+def _schedule(task: Task, op_name: str, target: Any, space: int, attributes: dict | None = None,
+              backend: Any = None) -> ScheduledTask:
+    """Choose the ScheduledTask of `task`: when plugins registered templates for
+    (`op_name`, target kind) that apply to it, the tuner's pick among their candidates
+    (at space level `space`); otherwise the rule-based auto-scheduler."""
+    attributes = dict(attributes or {})
+    templates = [t for t in plugin_host().templates.templates_for(op_name, target.kind)
+                 if not hasattr(t, "applies") or t.applies(task, attributes)]
+    if not templates:
+        return auto_schedule(task, target.kind)
+    from hidet_framework.tuner import tune
+
+    prepare, measure = _tuner_hooks(task, backend, target)
+    result = tune(task, attributes, op_name, target, templates, space, prepare=prepare, measure=measure)
+    return result.template.build(task, attributes, result.params, target)
+
+
+def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: str | None = None,
+                 attributes: dict | None = None) -> CompiledTask:
     """Schedule, lower and build `task` for `target`; cached in-process by (task
-    fingerprint, target, space, operator name)."""
+    fingerprint, target, space, operator name, attributes). `op_name` and
+    `attributes` (the operator's) select and parameterise templates."""
+    from hidet_framework.graph.passes.base import attributes_key
+
     kind = resolve_target(target)
     op_name = op_name or task.name
-    key = (task.fingerprint(), kind, space, op_name)
+    key = (task.fingerprint(), kind, space, op_name, attributes_key(attributes or {}))
     with _lock:
         cached = _task_cache.get(key)
     if cached is not None:
@@ -216,7 +257,7 @@ def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: st
 
         backend = _usable_backend(kind)
         target_obj = _detected_target(backend)
-        scheduled = _schedule(task, op_name, target_obj, space)
+        scheduled = _schedule(task, op_name, target_obj, space, attributes, backend)
         loaded = backend.compile(lower(scheduled.module, kind), target_obj)
         compiled = CompiledTask(task, scheduled, loaded, backend.device, kind)
     with _lock:
@@ -291,7 +332,7 @@ def compile(graph: FlowGraph, target: str = "auto", space: int | None = None) ->
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with _progress(distinct, f"compiling {distinct} tasks for {kind}") as advance:
         def compile_operator(op: Any) -> CompiledTask:
-            compiled = compile_task(op.task, kind, space, op_name=op.name)
+            compiled = compile_task(op.task, kind, space, op_name=op.name, attributes=op.attributes)
             advance()
             return compiled
 

@@ -99,25 +99,42 @@ def test_compiled_task_runs_and_binds():
         task(x.astype(np.float64))
 
 
-def test_schedule_seam_uses_the_tuner_only_with_templates(isolated_plugin_host, monkeypatch):
+def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_plugin_host, monkeypatch):
+    from hidet_framework import tuner
+
     task = scale_task()
     target = types.SimpleNamespace(kind="cpu")
     assert driver._schedule(task, "scale", target, 0).source == "auto"
-    template = types.SimpleNamespace(operator="scale", target="cpu")
-    plugin = types.ModuleType("fake_templates")
-    plugin.register_templates = hookimpl(lambda register: register("fake.scale", template))
+    built = []
+
+    class FakeTemplate:
+        operator, target, name = "scale", "cpu", "fake.scale"
+
+        def __init__(self, applies):
+            self._applies = applies
+
+        def applies(self, task, attributes):
+            return self._applies
+
+        def build(self, task, attributes, params, target):
+            built.append((attributes, params))
+            return driver.auto_schedule(task, target.kind)
+
     calls = []
 
-    def tune(task, templates, *, target, space):
-        calls.append((templates, space))
-        return driver.auto_schedule(task, target.kind)
+    def fake_tune(task, attributes, operator, target, templates, level, *, prepare, measure):
+        calls.append((operator, [t.name for t in templates], level, callable(prepare), callable(measure)))
+        return types.SimpleNamespace(template=templates[0], params={"tile": 4})
 
-    with isolated_plugin_host.temporary_plugin(plugin):
-        monkeypatch.setitem(sys.modules, "hidet_framework.tuner", None)  # no tuner yet: auto-scheduler
-        assert driver._schedule(task, "scale", target, 1).source == "auto" and not calls
-        monkeypatch.setitem(sys.modules, "hidet_framework.tuner", types.SimpleNamespace(tune=tune))
-        driver._schedule(task, "scale", target, 1)
-    assert calls == [([template], 1)]
+    monkeypatch.setattr(tuner, "tune", fake_tune)
+    for applies in (False, True):
+        plugin = types.ModuleType(f"fake_templates_{applies}")
+        plugin.register_templates = hookimpl(lambda register, a=applies: register("fake.scale", FakeTemplate(a)))
+        with isolated_plugin_host.temporary_plugin(plugin):
+            driver._schedule(task, "scale", target, 1, {"factor": 2.0})
+    # the template that does not apply is never tuned; the one that does is built with the winner's params
+    assert calls == [("scale", ["fake.scale"], 1, True, True)]
+    assert built == [({"factor": 2.0}, {"tile": 4})]
 
 
 def test_progress_is_quiet_without_a_tty():
@@ -130,21 +147,22 @@ def test_progress_is_quiet_without_a_tty():
 
 # ------------------------------------------------------------------ cpu end to end
 
-def _cpu_skip_reason() -> str | None:
-    if not driver._cpu_can_compile():
-        return "the CPU backend or the lowering pipeline is not usable here"
+def _cpu_chain_problem() -> str | None:
+    """Why compiling a trivial task for the CPU fails here (None when it works)."""
     try:
         driver.compile_task(scale_task((2,)), "cpu")
-    except Exception as exc:  # the C codegen is still being written
-        return f"the CPU compile chain does not work yet: {type(exc).__name__}: {str(exc)[:200]}"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
     return None
 
 
 @pytest.fixture
 def cpu():
-    reason = _cpu_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    if not driver._cpu_can_compile():
+        pytest.skip("the CPU backend (gcc) or the lowering pipeline is not usable here")
+    problem = _cpu_chain_problem()
+    if problem:  # a bug below the driver: shown as an expected failure with its cause, not hidden
+        pytest.xfail(f"the CPU compile chain fails on a trivial task: {problem}")
 
 
 def test_compile_graph_end_to_end_on_cpu(cpu):

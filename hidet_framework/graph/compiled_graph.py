@@ -85,6 +85,12 @@ def _describe(shape: Sequence[int], dtype: str) -> str:
     return f"{dtype}{list(shape)}"
 
 
+def _on_host(value: Any) -> bool:
+    """A DLPack tensor in host memory (a CPU torch tensor): copied in like numpy."""
+    device = getattr(value, "__dlpack_device__", None)
+    return device is not None and int(device()[0]) == 1  # kDLCPU
+
+
 def _dtype_name(dtype: Any) -> str:
     """numpy dtypes, DeviceArray dtypes and torch dtypes as one name ("float32")."""
     name = getattr(dtype, "name", None)
@@ -208,8 +214,8 @@ class CompiledGraph:
     def _copy_in(self, view: Any, value: Any) -> None:
         if isinstance(view, np.ndarray):
             np.copyto(view, np.asarray(value), casting="no")
-        elif isinstance(value, np.ndarray):
-            view.copy_from_host(np.ascontiguousarray(value))
+        elif isinstance(value, np.ndarray) or _on_host(value):
+            view.copy_from_host(np.ascontiguousarray(np.asarray(value)))
         else:
             if type(value) is not type(view):
                 value = self.device.from_dlpack(value)

@@ -88,26 +88,26 @@ def build(rng):
     return [out1, out2], [x], reference
 
 
-def _cpu_problem() -> str | None:
-    """Why the CPU compile chain cannot run here (None when it can)."""
+def _check_cpu() -> None:
+    """Skip without a CPU toolchain; an expected failure (with the cause) when the compile
+    chain below the driver fails on a trivial task."""
     if not driver._cpu_can_compile():
-        return "the CPU backend or the lowering pipeline is not usable here"
+        pytest.skip("the CPU backend (gcc) or the lowering pipeline is not usable here")
     from hidet_framework.compute import Task, compute, tensor_input
 
     a = tensor_input("a", "float32", [2])
     try:
         driver.compile_task(Task("probe", [a], [compute("y", [2], lambda i: a[i] + 1.0)]), "cpu")
-    except Exception as exc:  # the C codegen / lowering are still being written
-        return f"the CPU compile chain does not work yet: {type(exc).__name__}: {str(exc)[:200]}"
-    return None
+    except Exception as exc:
+        pytest.xfail(f"the CPU compile chain fails on a trivial task: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 @pytest.mark.parametrize("target", ["cpu", driver.EVALUATOR_TARGET])
 def test_twenty_op_graph_matches_numpy(target, capsys):
     _need("conv2d", "relu", "add", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "gelu", "reshape",
           "mul", "sub", "tanh")
-    if target == "cpu" and _cpu_problem():
-        pytest.skip(_cpu_problem())
+    if target == "cpu":
+        _check_cpu()
     if target == driver.EVALUATOR_TARGET:
         # the evaluator runs erf/tanh through the math primitives a backend registers
         pytest.importorskip("hidet_plugin_cpu.primitives")
@@ -133,8 +133,8 @@ def test_twenty_op_graph_matches_numpy(target, capsys):
 def test_matmul_head_and_conv2d_rewrite(target):
     """conv2d (rewritten to im2col + matmul by the ops plugin's rule) and a dense head."""
     _need("matmul", "conv2d", "reshape", "add", "gelu")
-    if target == "cpu" and _cpu_problem():
-        pytest.skip(_cpu_problem())
+    if target == "cpu":
+        _check_cpu()
     if target == driver.EVALUATOR_TARGET:
         pytest.importorskip("hidet_plugin_cpu.primitives")
     ops, rng = hf.ops, np.random.default_rng()
