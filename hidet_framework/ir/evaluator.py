@@ -181,7 +181,14 @@ class Evaluator(_Dispatch):
 
     def visit_DeclareStmt(self, s: DeclareStmt) -> None:
         t = s.var.type
-        if isinstance(t, TensorType):
+        if isinstance(t, TensorType) and s.init is not None:
+            # a tensor view over a pointer (tensor_pointer): alias the pointed-to memory
+            target = self.eval_expr(s.init)
+            if not isinstance(target, Buffer):
+                raise EvaluationError(f"a tensor view must be initialised from a pointer, got {target!r}")
+            start = target.base if isinstance(target, PointerValue) else 0
+            self.env[s.var] = Buffer(target.flat[start:], t)
+        elif isinstance(t, TensorType):
             size = int(self.eval_expr(_as_expr(t.get_layout().size)))
             np_dtype = np.dtype("float32" if t.dtype.name == "bfloat16" else t.dtype.numpy_name)
             flat = np.empty(size, dtype=np_dtype)

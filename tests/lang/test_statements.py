@@ -208,9 +208,6 @@ def test_tensor_pointer_declares_a_view():
     assert isinstance(decl.var.type, TensorType) and decl.var.type.shape[0] is f.ir.params[1]
 
 
-@pytest.mark.xfail(reason="the IR evaluator allocates fresh storage for every tensor DeclareStmt and ignores "
-                          "`init`; a tensor_pointer view needs it to alias the pointer (evaluator owner)",
-                   strict=False)
 def test_tensor_pointer_evaluates_as_a_view():
     @script
     def f(p: ~f32):
