@@ -1,0 +1,284 @@
+"""Matmul: our tuned templates next to the vendor library, shape by shape.
+
+    python bench/matmul.py --target cpu --space 2 --out bench-out
+    python bench/matmul.py --target cpu --shapes 1024,2048 --space 0
+    python bench/matmul.py --target cuda --space 1 --all --out bench-out
+
+For each shape and dtype: our time (median of --repeat runs of the tuner's winner),
+the peer's time in the same process (CPU: numpy/OpenBLAS on the same thread count;
+GPU: torch.matmul / cuBLAS with TF32 off), ratio = peer / ours (> 1: we are faster),
+max relative error (max |C - ref| / max |ref|) against a float64 reference (on the GPU:
+torch in float64, or a float32 cuBLAS result for shapes too big for that), the number
+of candidates and the tuning time (a fresh tuning cache per run unless --keep-cache).
+A table goes to stdout and one JSON file into --out.
+
+Shapes are written MxNxK (C[M, N] = A[M, K] @ B[K, N]); ``BxMxNxK`` is a batch. A bare
+``1024`` means 1024x1024x1024.
+
+CPU notes: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, set on some machines for old
+OpenBLAS builds, slow a current numpy down; this script re-executes itself without
+them (the benchmark process only) and reports which OpenBLAS kernel numpy then uses
+(threadpoolctl, when installed).
+
+Until the driver runs the tuner for templates, the CPU path tunes with
+``hidet_framework.tuner.tune`` over the registered CPU templates and runs the winner
+through ``hidet_plugin_matmul.cpu_harness``; ``--via-driver`` uses
+``hidet_framework.driver.compile_task`` instead (CPU and CUDA).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ALL_SHAPES = ["4096", "2048", "1024", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
+CPU_DEFAULT = ["1024", "2048", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
+_BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """(batch, m, n, k); batch 0 means plain 2-D operands."""
+    parts = [int(p) for p in text.lower().split("x")]
+    if len(parts) == 1:
+        return 0, parts[0], parts[0], parts[0]
+    if len(parts) == 3:
+        return 0, *parts
+    if len(parts) == 4:
+        return tuple(parts)  # type: ignore[return-value]
+    raise ValueError(f"shape {text!r}: write N, MxNxK or BxMxNxK")
+
+
+def operand_shapes(batch: int, m: int, n: int, k: int) -> tuple[tuple, tuple]:
+    return ((batch, m, k), (batch, k, n)) if batch else ((m, k), (k, n))
+
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    ref = np.asarray(ref, np.float64)
+    return float(np.max(np.abs(np.asarray(got, np.float64) - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+
+
+def median_time(fn, repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------ CPU
+
+def blas_info(threads: int) -> dict:
+    """numpy's BLAS libraries as threadpoolctl sees them (kernel architecture, threads)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {"note": "threadpoolctl not installed: numpy's BLAS thread count unchecked"}
+    info = [{k: d.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+            for d in threadpool_info() if d.get("user_api") == "blas"]
+    return {"blas": info}
+
+
+def tune_cpu(task, attributes, level: int, cache_dir: str):
+    """The tuner over the registered CPU matmul templates; returns (compiled, result)."""
+    from hidet_framework.extension import plugin_host
+    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.tuner import TuningCache, tune
+    from hidet_plugin_matmul.cpu_harness import compile_candidate
+
+    host = plugin_host()
+    backend = host.backend_for("cpu")
+    target = backend.detect_target()
+    templates = [t for t in host.templates.templates_for("matmul", "cpu") if t.applies(task, attributes)]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(_input_shape(attributes, "a")).astype(np.float32)
+    b = rng.standard_normal(_input_shape(attributes, "b")).astype(np.float32)
+    c = np.empty(_output_shape(attributes), np.float32)
+
+    def prepare(scheduled):  # in the tuner's workers: fills the build cache
+        backend.build(backend.codegen(lower(scheduled.module, "cpu"), target), target, name="matmul")
+
+    def measure(scheduled, runs):
+        from hidet_plugin_matmul.cpu_harness import CompiledCandidate
+
+        loaded = backend.compile(lower(scheduled.module, "cpu"), target)
+        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs)
+
+    result = tune(task, attributes, "matmul", target, templates, level, prepare, measure,
+                  cache=TuningCache(cache_dir))
+    compiled = compile_candidate(result.template, task, attributes, result.params, target, backend)
+    return compiled, result
+
+
+def _input_shape(attributes, which: str) -> tuple:
+    m, n, k, batch = attributes["m"], attributes["n"], attributes["k"], attributes["batch"]
+    rank, batched = attributes[f"{which}_rank"], attributes[f"{which}_batched"]
+    rows, cols = (m, k) if which == "a" else (k, n)
+    return ((batch if batched else 1), rows, cols) if rank == 3 else (rows, cols)
+
+
+def _output_shape(attributes) -> tuple:
+    m, n, batch = attributes["m"], attributes["n"], attributes["batch"]
+    return (batch, m, n) if attributes["out_rank"] == 3 else (m, n)
+
+
+def bench_cpu(shape_text: str, args, cache_dir: str) -> dict:
+    from hidet_plugin_matmul.operators import matmul_task
+
+    batch, m, n, k = parse_shape(shape_text)
+    a_shape, b_shape = operand_shapes(batch, m, n, k)
+    task, attributes = matmul_task(a_shape, b_shape, "float32")
+    started = time.perf_counter()
+    if args.via_driver:
+        from hidet_framework.driver import compile_task
+
+        fn = compile_task(task, "cpu", space=args.space)
+        run = lambda a, b, c: fn.run([a, b], [c])  # noqa: E731
+        candidates, params = None, None
+    else:
+        compiled, result = tune_cpu(task, attributes, args.space, cache_dir)
+        run = lambda a, b, c: compiled.run([a, b], [c])  # noqa: E731
+        candidates, params = result.candidates, {"template": result.template.name, **dict(result.params)}
+    tuning = time.perf_counter() - started
+    rng = np.random.default_rng()
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    c = np.full(_output_shape(attributes), np.nan, np.float32)
+    run(a, b, c)
+    error = rel_error(c, np.matmul(a.astype(np.float64), b.astype(np.float64)))
+    ours = median_time(lambda: run(a, b, c), args.repeat)
+    peer = median_time(lambda: np.matmul(a, b), args.repeat)
+    return {"shape": shape_text, "dtype": "float32", "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
+            "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
+            "candidates": candidates, "tuning_s": tuning, "params": params}
+
+
+# ----------------------------------------------------------------------- CUDA
+
+def bench_cuda(shape_text: str, dtype: str, args) -> dict:
+    import torch
+
+    from hidet_framework.driver import compile_task
+    from hidet_plugin_matmul.operators import matmul_task
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    batch, m, n, k = parse_shape(shape_text)
+    a_shape, b_shape = operand_shapes(batch, m, n, k)
+    task, _ = matmul_task(a_shape, b_shape, dtype)
+    started = time.perf_counter()
+    fn = compile_task(task, "cuda", space=args.space)
+    tuning = time.perf_counter() - started
+    tdt = getattr(torch, dtype)
+    a = torch.randn(a_shape, device="cuda", dtype=tdt)
+    b = torch.randn(b_shape, device="cuda", dtype=tdt)
+    c = torch.full(tuple(torch.matmul(a[..., :1, :], b).shape[:-2]) + (m, n), float("nan"), device="cuda", dtype=tdt)
+    fn.run([a, b], [c])
+    torch.cuda.synchronize()
+    big = max(batch, 1) * m * n * k > 2 ** 33
+    ref = torch.matmul(a.float(), b.float()) if big else torch.matmul(a.double(), b.double())
+    error = rel_error(c.double().cpu().numpy(), ref.double().cpu().numpy())
+
+    def timed(f) -> float:
+        f()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(args.repeat):
+            start.record()
+            f()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+
+    ours = timed(lambda: fn.run([a, b], [c]))
+    peer = timed(lambda: torch.matmul(a, b))
+    return {"shape": shape_text, "dtype": dtype, "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
+            "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
+            "reference": "torch float32" if big else "torch float64",
+            "candidates": None, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
+
+
+# ----------------------------------------------------------------------- main
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--space", type=int, default=2, choices=(0, 1, 2))
+    parser.add_argument("--out", default=None, help="folder for the JSON result")
+    parser.add_argument("--shapes", default=None, help="comma-separated subset, e.g. 1024,2048,8x512x512x512")
+    parser.add_argument("--all", action="store_true", help="every shape (4096^3 included)")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--via-driver", action="store_true", help="compile through hidet_framework.driver")
+    parser.add_argument("--keep-cache", action="store_true", help="use the user's tuning cache")
+    args = parser.parse_args()
+
+    if args.target == "cpu" and any(v in os.environ for v in _BLAS_ENV):
+        env = {k: v for k, v in os.environ.items() if k not in _BLAS_ENV}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)  # numpy must load without them
+
+    shapes = args.shapes.split(",") if args.shapes else ALL_SHAPES if args.all or args.target == "cuda" \
+        else CPU_DEFAULT
+    rows, info = [], {}
+    cache_dir = tempfile.mkdtemp(prefix="hf-bench-tuning-")
+    if args.keep_cache:
+        cache_dir = os.environ.get("HIDET_FRAMEWORK_CACHE", os.path.expanduser("~/.cache/hidet_framework"))
+    if args.target == "cpu":
+        from hidet_plugin_cpu.target import detect_cpu_target
+
+        threads = detect_cpu_target()["cores"]
+        _limit_blas(threads)
+        info = {"threads": threads, **blas_info(threads)}
+        for shape in shapes:
+            rows.append(bench_cpu(shape, args, os.path.join(cache_dir, "tuning")))
+            _print_row(rows[-1])
+    else:
+        for shape in shapes:
+            for dtype in ("float32", "float16", "bfloat16"):
+                rows.append(bench_cuda(shape, dtype, args))
+                _print_row(rows[-1])
+    _print_table(rows, args)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"matmul_{args.target}_space{args.space}.json")
+        with open(path, "w") as f:
+            json.dump({"target": args.target, "space": args.space, "info": info, "rows": rows}, f, indent=2)
+        print(f"wrote {path}")
+
+
+def _limit_blas(threads: int) -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(threads, user_api="blas")
+
+
+def _print_row(r: dict) -> None:
+    print(f"  {r['shape']:>16} {r['dtype']:>8}: ours {r['ours_s'] * 1e3:9.2f} ms, peer {r['peer_s'] * 1e3:9.2f} ms, "
+          f"x{r['ratio']:.2f}", file=sys.stderr, flush=True)
+
+
+def _print_table(rows: list, args) -> None:
+    head = f"{'shape':>16} {'dtype':>8} {'ours ms':>9} {'peer ms':>9} {'ratio':>6} {'GFLOP/s':>8} " \
+           f"{'rel err':>8} {'cands':>5} {'tune s':>7}"
+    print(f"matmul on {args.target}, space {args.space} (ratio = peer time / our time; > 1: we are faster)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['shape']:>16} {r['dtype']:>8} {r['ours_s'] * 1e3:9.2f} {r['peer_s'] * 1e3:9.2f} "
+              f"{r['ratio']:6.2f} {r['gflops']:8.1f} {r['max_rel_error']:8.1e} "
+              f"{r['candidates'] if r['candidates'] is not None else '-':>5} {r['tuning_s']:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
