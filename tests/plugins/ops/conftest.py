@@ -30,18 +30,19 @@ def runner():
 
 @pytest.fixture(autouse=True)
 def ops_host(isolated_plugin_host):
-    """A plugin host holding only hidet_plugin_ops (and the cpu backend where the
-    compiled path needs it), for the duration of one test."""
+    """A plugin host holding only hidet_plugin_ops (plus the cpu and cuda backends
+    once the driver exists, for the compiled path), for the duration of one test."""
+    import contextlib
+
     import hidet_plugin_ops
 
-    with isolated_plugin_host.temporary_plugin(hidet_plugin_ops, "ops"):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(isolated_plugin_host.temporary_plugin(hidet_plugin_ops, "ops"))
         if _RUNNER.compile_available():
-            import hidet_plugin_cpu
-
-            with isolated_plugin_host.temporary_plugin(hidet_plugin_cpu, "cpu"):
-                yield isolated_plugin_host
-        else:
-            yield isolated_plugin_host
+            for name in ("cpu", "cuda"):
+                backend = pytest.importorskip(f"hidet_plugin_{name}")
+                stack.enter_context(isolated_plugin_host.temporary_plugin(backend, name))
+        yield isolated_plugin_host
 
 
 @pytest.fixture
