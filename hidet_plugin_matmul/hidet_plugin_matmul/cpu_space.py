@@ -12,9 +12,10 @@ A candidate is a dict of ints/strings (JSON-serialisable, so the tuning cache ke
 - ``nsub``: the columns of B one work item streams over (a sub-block of ``kc x nsub``
   floats), sized for half of L2; ``mc``: the rows of A one work item packs (``mc x kc``),
   sized for a quarter of L2.
-- ``nsplit``: how many work items share one column block of B (``nc = nsplit * nsub``
-  columns are packed at a time): with ``nsplit == cores`` every thread keeps its own
-  B sub-block in its own L2, and a short M still feeds every core.
+- ``split``: ``"n"`` spreads the cores over N first (each thread packs and streams its
+  own B columns), ``"m"`` over M first (each thread packs all of B's sub-blocks it
+  needs but owns whole rows of C); the template falls back to the other dimension
+  when the preferred one is too narrow for the cores.
 - ``order``: ``"a_in_l1"`` keeps an A micro-panel (mr x kc) in L1 while B micro-panels
   stream through it; ``"b_in_l1"`` keeps a B micro-panel (kc x nr) while A streams.
 - ``lanes``: float32 lanes of one SIMD vector (the candidate carries its width, so a
@@ -74,10 +75,10 @@ def _blocks(facts: dict, mr: int, nr: int, order: str, kc_scale: float, l2_scale
 
 
 def candidate(facts: dict, mr: int, nv: int, order: str, kc_scale: float = 1.0,
-              l2_scale: float = 1.0, split_scale: int = 1, ku: int = 4) -> dict:
+              l2_scale: float = 1.0, split: str = "n", ku: int = 4) -> dict:
     nr = nv * facts["lanes"]
     return {"mr": mr, "nr": nr, "lanes": facts["lanes"], "order": order, **_blocks(facts, mr, nr, order, kc_scale, l2_scale),
-            "nsplit": facts["cores"] * split_scale, "ku": ku}
+            "split": split, "workers": facts["cores"], "ku": ku}
 
 
 def default_params(target: Any) -> dict:
@@ -113,10 +114,10 @@ def cpu_matmul_space(target: Any, level: int) -> list[dict]:
             for kc_scale, l2_scale in ((0.5, 1.0), (2.0, 1.0), (1.0, 0.5)):
                 add(candidate(facts, mr, nv, "a_in_l1", kc_scale, l2_scale))
         for mr, nv in top[:2]:
-            add(candidate(facts, mr, nv, "a_in_l1", split_scale=2))
+            add(candidate(facts, mr, nv, "a_in_l1", split="m"))
             add(candidate(facts, mr, nv, "a_in_l1", ku=1))
         return out[:30]
-    for (mr, nv), order, kc_scale, l2_scale, split_scale in itertools.product(
-            tiles, ("a_in_l1", "b_in_l1"), (1.0, 0.5, 2.0), (1.0, 0.5), (1, 2)):
-        add(candidate(facts, mr, nv, order, kc_scale, l2_scale, split_scale))
+    for (mr, nv), order, kc_scale, l2_scale, split in itertools.product(
+            tiles, ("a_in_l1", "b_in_l1"), (1.0, 0.5, 2.0), (1.0, 0.5), ("n", "m")):
+        add(candidate(facts, mr, nv, order, kc_scale, l2_scale, split))
     return out[:200]

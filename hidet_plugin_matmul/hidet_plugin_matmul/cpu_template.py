@@ -1,19 +1,24 @@
 """The CPU fp32 matmul template: packed panels, a SIMD register-blocked micro-kernel,
 cache blocking and OpenMP threads, written in the script DSL with task mappings.
 
-Loop structure of the one kernel (``cpu_kernel``) it generates, per batch entry::
+Loop structure of the one kernel (``cpu_kernel``) it generates: one OpenMP parallel
+region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
+``spatial(wn, wm) * repeat(q, 1)``)::
 
-    for each column block of B (nc = nsplit * nsub columns):
-        parallel over B panels: pack B[:, block] into nr-wide panels    (bpack, shared)
-        parallel over workers w (one OpenMP thread each):
-            for each work item (ic, js) of w          (task mapping repeat * spatial)
-                rows  ic*mc .. +mc, columns js*nsub .. +nsub of the block
-                for each K block (kc deep):
-                    pack A[rows, K block] into mr-tall panels      (apack[w], private)
-                    for each (A micro-panel, B micro-panel):       (order: see cpu_space)
-                        micro-kernel: mr x nv SIMD accumulators, kc FMAs steps
-                        not the last K block: keep the partial sums (cpart[w])
-                        the last one: store C through c[...] = ... (predicated at edges)
+    parallel over workers w:                               (one thread each)
+        for each of w's q column sub-blocks sb (<= nsub columns), w's row part:
+            for each batch entry:
+                pack B[:, sb] (all of K) into nr-wide panels      (bpack[w], private)
+                for each mc-row block of the row part:
+                    for each K block (kc deep):
+                        pack A[rows, K block] into mr-tall panels (apack[w], private)
+                        for each (A micro-panel, B micro-panel):  (order: cpu_space)
+                            micro-kernel: mr x nv SIMD accumulators, kc FMA steps
+                            not the last K block: keep partial sums  (cpart[w])
+                            the last one: store C through c[...] = ... (predicated)
+
+Everything is private to a worker, so there is no barrier inside the task: under a
+loaded machine one slow thread delays only its own share.
 
 Fusion (DESIGN.md section 7): inputs are read only by the packing loops, through
 tensor-element reads ``a[element_index(...)]`` / ``b[...]``; the output is written only
@@ -47,34 +52,45 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _shape_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], cores: int) -> dict:
-    """Blocks clamped to this shape (the space never saw it): no block larger than the
-    padded problem, so small shapes allocate small workspaces."""
+def _worker_grid(workers: int, panels_total: int, row_tiles: int, prefer: str) -> tuple[int, int]:
+    """(wn, wm): workers across N and across M, wn * wm == workers. `prefer` "n" gives
+    N as many workers as it has B panels for (each worker then streams its own B
+    columns from its own L2); "m" gives M as many as it has row tiles for."""
+    divisors = [d for d in range(1, workers + 1) if workers % d == 0]
+    if prefer == "m":
+        wm = max([d for d in divisors if d <= row_tiles] or [1])
+        return workers // wm, wm
+    wn = max([d for d in divisors if d <= panels_total] or [1])
+    return wn, workers // wn
+
+
+def _shape_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], workers: int) -> dict:
+    """Blocks clamped to this shape (the space never saw it): N is cut into equal
+    sub-blocks, a multiple of the N-workers, none wider than ``nsub``; M into one part
+    per M-worker, walked in ``mc`` rows; no block larger than the padded problem."""
     m, n, k = (int(attributes[x]) for x in ("m", "n", "k"))
     mr, nr = int(params["mr"]), int(params["nr"])
     kc = max(1, min(int(params["kc"]), k))
-    mc = max(mr, min(int(params["mc"]) // mr * mr, _ceil_div(max(m, 1), mr) * mr))
     panels_total = max(1, _ceil_div(n, nr))
-    sub_panels = max(1, min(int(params["nsub"]) // nr, panels_total))
-    nsplit = max(1, min(int(params["nsplit"]), _ceil_div(panels_total, sub_panels)))
+    row_tiles = max(1, _ceil_div(m, mr))
+    wn, wm = _worker_grid(workers, panels_total, row_tiles, params.get("split", "n"))
+    max_sub = max(1, int(params["nsub"]) // nr)
+    per_worker = _ceil_div(panels_total, wn * max_sub)       # sub-blocks per N-worker
+    sub_panels = _ceil_div(panels_total, wn * per_worker)   # panels per sub-block
+    rows_per_part = _ceil_div(row_tiles, wm) * mr
+    mc = max(mr, min(int(params["mc"]) // mr * mr, rows_per_part))
     return {
         "m": m, "n": n, "k": k, "mr": mr, "nr": nr, "kc": kc, "mc": mc,
-        "k_blocks": max(1, _ceil_div(k, kc)),
-        "m_tiles": mc // mr,                       # micro-panels of A per work item
-        "m_items": _ceil_div(max(m, 1), mc),
-        "sub_panels": sub_panels,                  # B micro-panels per work item
-        "block_panels": sub_panels * nsplit,       # B panels packed at a time
-        "n_blocks": _ceil_div(panels_total, sub_panels * nsplit),
-        "panels_total": panels_total,
-        "nsplit": nsplit,
-        "workers": cores,
+        "k_blocks": max(1, _ceil_div(k, kc)), "m_tiles": mc // mr, "panels_total": panels_total,
+        "sub_panels": sub_panels, "per_worker": per_worker, "rows_per_part": rows_per_part,
+        "wn": wn, "wm": wm, "workers": workers,
     }
 
 
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
                      name: str = "matmul_cpu_packed") -> ScheduledTask:
     facts = target_facts(target)
-    p = _shape_plan(attributes, params, facts["cores"])
+    p = _shape_plan(attributes, params, int(params.get("workers", facts["cores"])))
     lanes = int(params.get("lanes", facts["lanes"]))
     if p["nr"] % lanes:
         raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
@@ -86,24 +102,19 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
     a_batched, b_batched = bool(attributes["a_batched"]), bool(attributes["b_batched"])
     out_rank = int(attributes["out_rank"])
-    ba = batch if a_batched else 1
-    bb = batch if b_batched else 1
-    a_shape = (ba, m, k) if a_rank == 3 else (m, k)
-    b_shape = (bb, k, n) if b_rank == 3 else (k, n)
+    a_shape = ((batch if a_batched else 1), m, k) if a_rank == 3 else (m, k)
+    b_shape = ((batch if b_batched else 1), k, n) if b_rank == 3 else (k, n)
     c_shape = (batch, m, n) if out_rank == 3 else (m, n)
-    workers = p["workers"]
-    m_tiles, sub_panels, block_panels = p["m_tiles"], p["sub_panels"], p["block_panels"]
-    k_blocks, n_blocks, nsplit = p["k_blocks"], p["n_blocks"], p["nsplit"]
-    panels_total = p["panels_total"]
-    n_items = p["m_items"] * nsplit
-    # Work items go to workers round-robin: with nsplit == workers, worker w always gets
-    # column sub-block w, so its B sub-block stays in its own L2 across row blocks.
-    items = repeat(_ceil_div(n_items, workers)) * spatial(workers)
+    workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
+    k_blocks, panels_total, rows_per_part = p["k_blocks"], p["panels_total"], p["rows_per_part"]
+    # Worker w owns N sub-blocks jw*q .. jw*q+q-1 and M part iw: (jw, iw) from spatial,
+    # its q sub-blocks from repeat. One parallel region for the whole task.
+    work = spatial(p["wn"], p["wm"]) * repeat(p["per_worker"], 1)
     a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
     ku = int(params.get("ku", 4))
-    apack_size = m_tiles * kc * mr          # per worker
+    bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
+    apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
-    bpack_size = max(1, block_panels * k * nr)
 
     def a_index(bi, row, col):
         return element_index(a_rank, a_batched, bi, row, col)
@@ -115,35 +126,37 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
         return element_index(out_rank, True, bi, row, col)
 
     @script
-    def matmul_cpu_packed(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape], bpack: f32[bpack_size],
+    def matmul_cpu_packed(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape], bpack: f32[workers * bpack_size],
                           apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for bi in range(batch):
-            for nb in range(n_blocks):
-                # ---- pack B[:, block] into panels [panel][k][nr], zero past N
-                for pp in parallel(block_panels):
-                    col0 = (nb * block_panels + pp) * nr
-                    if col0 < n:
-                        if col0 + nr <= n:
-                            for kk in range(k):
-                                for j in range(nr):
-                                    bpack[(pp * k + kk) * nr + j] = b[b_index(bi, kk, col0 + j)]
-                        else:
-                            for kk in range(k):
-                                for j in range(nr):
-                                    bpack[(pp * k + kk) * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
-                # ---- compute: each worker is one thread
-                for w in parallel(workers):
-                    acc = register_tensor(vec, [mr, nv])
-                    bv = register_tensor(vec, [nv])
-                    tile = local_tensor(f32, [mr * nr])
-                    for it in items.on(w):
-                        if it < n_items:
-                            row_base = (it // nsplit) * mc
-                            panel_base = (it % nsplit) * sub_panels  # within the block
-                            n_panels = min(sub_panels, panels_total - nb * block_panels - panel_base)
-                            n_tiles = min(m_tiles, (m - row_base + mr - 1) // mr)
+        for w in parallel(workers):
+            acc = register_tensor(vec, [mr, nv])
+            bv = register_tensor(vec, [nv])
+            tile = local_tensor(f32, [mr * nr])
+            for sb, iw in work.on(w):
+                panel0 = sb * sub_panels
+                n_panels = min(sub_panels, panels_total - panel0)
+                row_lo = iw * rows_per_part
+                row_hi = min(m, row_lo + rows_per_part)
+                if n_panels > 0 and row_lo < row_hi:
+                    for bi in range(batch):
+                        if b_batched or bi == 0:
+                            # ---- pack B[:, sub-block] into panels [panel][k][nr], zero past N
+                            for pp in range(n_panels):
+                                col0 = (panel0 + pp) * nr
+                                dst = (w * sub_panels + pp) * k * nr
+                                if col0 + nr <= n:
+                                    for kk in range(k):
+                                        for j in range(nr):
+                                            bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)]
+                                else:
+                                    for kk in range(k):
+                                        for j in range(nr):
+                                            bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
+                        for mb in range((row_hi - row_lo + mc - 1) // mc):
+                            row_base = row_lo + mb * mc
+                            n_tiles = min(m_tiles, (row_hi - row_base + mr - 1) // mr)
                             for kb in range(k_blocks):
                                 pc = kb * kc
                                 kcur = min(kc, k - pc)
@@ -152,7 +165,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                     for i in range(mr):
                                         row = row_base + t * mr + i
                                         dst = (w * m_tiles + t) * kc * mr + i
-                                        if row < m:
+                                        if row < row_hi:
                                             for kk in range(kcur):
                                                 apack[dst + kk * mr] = a[a_index(bi, row, pc + kk)]
                                         else:
@@ -178,7 +191,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                                 for v in static_range(nv):
                                                     acc[i, v] = cast(0.0, vec)
                                         a_base = (w * m_tiles + ti) * kc * mr
-                                        b_base = ((panel_base + jp) * k + pc) * nr
+                                        b_base = ((w * sub_panels + jp) * k + pc) * nr
                                         for kk in unroll(kcur, ku):
                                             for v in static_range(nv):
                                                 bv[v] = deref(cast(address_of(bpack[b_base + kk * nr + v * lanes]), vec_ptr))
@@ -193,15 +206,15 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                                     tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
                                                     tp[0] = acc[i, v]
                                             row0 = row_base + ti * mr
-                                            col0 = (nb * block_panels + panel_base + jp) * nr
-                                            if row0 + mr <= m and col0 + nr <= n:
+                                            col0 = (panel0 + jp) * nr
+                                            if row0 + mr <= row_hi and col0 + nr <= n:
                                                 for i in range(mr):
                                                     for j in range(nr):
                                                         c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
                                             else:
                                                 for i in range(mr):
                                                     for j in range(nr):
-                                                        if row0 + i < m and col0 + j < n:
+                                                        if row0 + i < row_hi and col0 + j < n:
                                                             c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
                                         else:
                                             for i in static_range(mr):
@@ -210,7 +223,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                                     pp_[0] = acc[i, v]
 
     module = script_module(matmul_cpu_packed, name=name)
-    workspace = (WorkspaceSpec("bpack", "float32", (bpack_size,)),
+    workspace = (WorkspaceSpec("bpack", "float32", (workers * bpack_size,)),
                  WorkspaceSpec("apack", "float32", (workers * apack_size,)),
                  WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
     launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),

@@ -72,7 +72,8 @@ def test_k_blocked_and_multi_block_edges(cpu_backend, target, rng):
     workspace), several column blocks and row blocks, all with ragged edges."""
     params = dict(TEMPLATE.space(target, 0)[0], kc=32, mc=2 * TEMPLATE.space(target, 0)[0]["mr"])
     params["nsub"] = params["nr"]
-    _check(cpu_backend, target, (61, 131), (131, 3 * params["nr"] * params["nsplit"] + 5), params, rng)
+    _check(cpu_backend, target, (61, 131), (131, 5 * params["nr"] + 5), params, rng)
+    _check(cpu_backend, target, (2, 61, 131), (2, 131, 3 * params["nr"] - 1), dict(params, split="m"), rng)
 
 
 @pytest.mark.parametrize("index", [1, 5, 12, 21])
@@ -128,7 +129,7 @@ def test_space_depends_on_the_target_not_the_shape():
                for p in TEMPLATE.space(narrow, 2)), "256-bit tiles must fit 16 registers"
     assert all(p["nr"] % 16 == 0 for p in TEMPLATE.space(t, 2))
     # Workers follow the core count.
-    assert TEMPLATE.space(_target(cores=8), 0)[0]["nsplit"] == 8
+    assert TEMPLATE.space(_target(cores=8), 0)[0]["workers"] == 8
 
 
 def test_built_kernels_touch_operands_only_through_elements(target):
