@@ -1,0 +1,203 @@
+"""CUDA fp32 matmul on the SIMT cores (FFMA), written in the script DSL.
+
+Design (one block computes a BM x BN tile of C for one batch entry):
+
+- The C tile is the task mapping
+  ``repeat(tm/4, tn/4) * spatial(warps_m, warps_n) * spatial(lanes_m, lanes_n) * repeat(4, 4)``:
+  each thread owns (tm/4 x tn/4) chunks of 4 x 4 accumulators; the chunks of one
+  thread are a warp tile apart, so the 4 consecutive rows (columns) a thread reads from
+  shared memory are one 16-byte load and a warp's reads touch distinct banks.
+  Accumulators are a register tensor in the mapping's mirror layout.
+- A is staged transposed (``sa[buf, kk, i]``) so a thread's A fragment is contiguous;
+  rows are padded by 4 floats so the transposing stores are conflict-free.
+- Shared memory is double buffered (``[2] + tile``): the global loads of tile kt+1 go
+  to registers at the start of tile kt and to the other buffer at its end, so one
+  barrier per k-tile suffices. Fragments are double buffered in registers: the loads
+  for step kk+1 are issued before the FMAs of step kk.
+- Global reads are tensor-element reads guarded by ``row < m and col < k`` (zero
+  otherwise) and stores are guarded tensor-element stores: any M, N, K (primes, 1),
+  and the fusion engine can graft prologues/epilogues onto them.
+
+The space comes from the target only: thread tiles, warp and lane arrangements, BK,
+filtered by registers and shared memory.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.layout import mapping_register_layout
+from hidet_framework.ir.mapping import auto_map, repeat, spatial
+from hidet_framework.lang import attrs, f32, register_tensor, script, script_module, shared_tensor, static_range
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.tuner.template import Template
+
+from hidet_plugin_matmul.cuda_matmul_common import (
+    MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
+)
+
+A_PAD = 4  # floats of padding per transposed A row: conflict-free stores, 16-byte aligned rows
+
+
+def simt_config(params: Mapping[str, Any]) -> dict:
+    """Derived sizes of a parameter set."""
+    tm, tn = params["thread_m"], params["thread_n"]
+    wm, wn = params["warps_m"], params["warps_n"]
+    lm, ln = params["lanes_m"], params["lanes_n"]
+    bk = params["block_k"]
+    threads = wm * wn * lm * ln
+    bm, bn = tm * wm * lm, tn * wn * ln
+    smem = 2 * bk * (bm + A_PAD) * 4 + 2 * bk * bn * 4
+    return {"threads": threads, "bm": bm, "bn": bn, "bk": bk, "smem": smem,
+            "a_loads": bm * bk // threads, "b_loads": bn * bk // threads}
+
+
+def _legal(params: dict, target: Any) -> bool:
+    cfg = simt_config(params)
+    if cfg["threads"] not in (64, 128, 256) or cfg["smem"] > target_int(target, "smem_per_block", 48 * 1024):
+        return False
+    if (cfg["bm"] * cfg["bk"]) % cfg["threads"] or (cfg["bn"] * cfg["bk"]) % cfg["threads"]:
+        return False
+    # registers per thread: accumulators, two fragment buffers, staged global loads,
+    # plus ~40 for addresses; the compiler must not spill under 255.
+    regs = params["thread_m"] * params["thread_n"] + 2 * (params["thread_m"] + params["thread_n"]) \
+        + cfg["a_loads"] + cfg["b_loads"] + 40
+    return regs <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+
+
+def simt_space(target: Any, level: int) -> list[dict]:
+    default = {"thread_m": 8, "thread_n": 8, "warps_m": 2, "warps_n": 4, "lanes_m": 8, "lanes_n": 4,
+               "block_k": 8}
+    if level == 0:
+        return [default]
+    out = [default]
+    for tm, tn in ((8, 8), (8, 4), (4, 8), (4, 4)):
+        for wm, wn in ((2, 4), (4, 2), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1)):
+            for lm, ln in ((8, 4), (4, 8)):
+                for bk in (8, 16):
+                    p = {"thread_m": tm, "thread_n": tn, "warps_m": wm, "warps_n": wn, "lanes_m": lm,
+                         "lanes_n": ln, "block_k": bk}
+                    if p != default and _legal(p, target):
+                        out.append(p)
+    if level == 1:
+        # the most work per thread first: 8x8 and 8x4 tiles with BK 8
+        rest = [p for p in out[1:] if p["thread_m"] * p["thread_n"] >= 32 and p["block_k"] == 8]
+        rest.sort(key=lambda p: (-p["thread_m"] * p["thread_n"], -simt_config(p)["threads"]))
+        out = ([out[0]] + rest)[:30]
+    return out
+
+
+def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str):
+    from hidet_plugin_cuda.lang import blockIdx, syncthreads, threadIdx
+
+    cfg = simt_config(params)
+    threads, bm, bn, bk = cfg["threads"], cfg["bm"], cfg["bn"], cfg["bk"]
+    tm, tn = params["thread_m"], params["thread_n"]
+    c_map = (repeat(tm // 4, tn // 4) * spatial(params["warps_m"], params["warps_n"])
+             * spatial(params["lanes_m"], params["lanes_n"]) * repeat(4, 4))
+    a_map = auto_map(bm, bk, workers=threads)  # k fastest: coalesced reads of A rows
+    b_map = auto_map(bk, bn, workers=threads)  # n fastest: coalesced reads of B rows
+    c_tasks, a_tasks, b_tasks = static_tasks(c_map), static_tasks(a_map), static_tasks(b_map)
+    # fragment positions: the distinct rows / columns of this thread's C tasks
+    rows = sorted({i for i, _ in c_tasks})
+    cols = sorted({j for _, j in c_tasks})
+    m, n, k = ops.m, ops.n, ops.k
+    k_tiles = max(1, ceil_div(k, bk))
+    a_shape, b_shape, c_shape = ops.a_shape, ops.b_shape, ops.c_shape
+    acc_layout = mapping_register_layout(c_map)
+
+    @script
+    def matmul_simt(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), ops.batch)
+        attrs.cuda.block_dim = threads
+        sa = shared_tensor(f32, [2, bk, bm + A_PAD])
+        sb = shared_tensor(f32, [2, bk, bn])
+        acc = register_tensor(f32, [bm, bn], acc_layout)
+        af = register_tensor(f32, [2, len(rows)])
+        bf = register_tensor(f32, [2, len(cols)])
+        ra = register_tensor(f32, [len(a_tasks)])
+        rb = register_tensor(f32, [len(b_tasks)])
+        tid = threadIdx.x
+        bz = blockIdx.z
+        m0 = blockIdx.y * bm
+        n0 = blockIdx.x * bn
+        ci, cj = worker_origin(c_map, tid)
+        ai, ak = worker_origin(a_map, tid)
+        bk0, bj = worker_origin(b_map, tid)
+        for i, j in c_tasks:
+            acc[i, j] = 0.0
+        # tile 0: global -> registers -> buffer 0
+        for t, (i, kk) in enumerate(a_tasks):
+            ra[t] = a[ops.a_index(bz, m0 + ai + i, ak + kk)] if m0 + ai + i < m and ak + kk < k else 0.0
+        for t, (kk, j) in enumerate(b_tasks):
+            rb[t] = b[ops.b_index(bz, bk0 + kk, n0 + bj + j)] if bk0 + kk < k and n0 + bj + j < n else 0.0
+        for t, (i, kk) in enumerate(a_tasks):
+            sa[0, ak + kk, ai + i] = ra[t]
+        for t, (kk, j) in enumerate(b_tasks):
+            sb[0, bk0 + kk, bj + j] = rb[t]
+        syncthreads()
+        for x, i in enumerate(rows):
+            af[0, x] = sa[0, 0, ci + i]
+        for y, j in enumerate(cols):
+            bf[0, y] = sb[0, 0, cj + j]
+        for kt in range(k_tiles):
+            cur = kt % 2
+            k1 = (kt + 1) * bk  # first k of the next tile
+            for kk in static_range(bk):
+                if kk == 0:
+                    # next tile's global loads, in flight during this tile's FMAs
+                    for t, (i, q) in enumerate(a_tasks):
+                        ra[t] = a[ops.a_index(bz, m0 + ai + i, k1 + ak + q)] \
+                            if m0 + ai + i < m and k1 + ak + q < k else 0.0
+                    for t, (q, j) in enumerate(b_tasks):
+                        rb[t] = b[ops.b_index(bz, k1 + bk0 + q, n0 + bj + j)] \
+                            if k1 + bk0 + q < k and n0 + bj + j < n else 0.0
+                if kk == bk - 1:
+                    for t, (i, q) in enumerate(a_tasks):
+                        sa[1 - cur, ak + q, ai + i] = ra[t]
+                    for t, (q, j) in enumerate(b_tasks):
+                        sb[1 - cur, bk0 + q, bj + j] = rb[t]
+                    syncthreads()
+                    for x, i in enumerate(rows):
+                        af[(kk + 1) % 2, x] = sa[1 - cur, 0, ci + i]
+                    for y, j in enumerate(cols):
+                        bf[(kk + 1) % 2, y] = sb[1 - cur, 0, cj + j]
+                else:
+                    for x, i in enumerate(rows):
+                        af[(kk + 1) % 2, x] = sa[cur, kk + 1, ci + i]
+                    for y, j in enumerate(cols):
+                        bf[(kk + 1) % 2, y] = sb[cur, kk + 1, cj + j]
+                for x, i in enumerate(rows):
+                    for y, j in enumerate(cols):
+                        acc[i, j] += af[kk % 2, x] * bf[kk % 2, y]
+        for i, j in c_tasks:
+            if m0 + ci + i < m and n0 + cj + j < n:
+                c[ops.c_index(bz, m0 + ci + i, n0 + cj + j)] = acc[i, j]
+
+    return script_module(matmul_simt, name=name)
+
+
+class CudaSimtMatmul(Template):
+    """fp32 matmul on CUDA cores; see the module docstring."""
+
+    name = "matmul.cuda_simt"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 1
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return task_dtype(task) == "float32"
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return simt_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        ops = MatmulOperands(attributes)
+        p = params
+        name = (f"matmul_simt_{ops.key()}_t{p['thread_m']}x{p['thread_n']}_w{p['warps_m']}x{p['warps_n']}"
+                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}")
+        module = build_simt_module(ops, params, name)
+        launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
+        return ScheduledTask(module, (launch,), (), source=self.name, params=dict(params))

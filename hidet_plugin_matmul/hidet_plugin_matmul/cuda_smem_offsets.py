@@ -1,0 +1,57 @@
+"""Shared-memory offsets a kernel computes once, outside its main loop.
+
+A swizzled layout maps (row, col) to an offset with XORs; recomputing that for every
+copy and every ldmatrix inside the k-loop costs more integer instructions than the
+tensor cores can hide. But most of a thread's accesses differ from another of its own
+accesses by a constant (rows a whole swizzle period apart, the next k-step...). This
+module finds, on the host and for every thread, which accesses share a base:
+
+    plan = plan_offsets(layout, origin, deltas, threads)
+
+`origin(t)` gives thread t's first coordinates (host ints; the same Python function,
+given IR, gives the kernel's expressions) and `deltas` the host coordinate offsets of
+its accesses. Access d is ``offset(base b) + const`` for all threads; the kernel keeps
+one int register per base. Checked exhaustively over the threads, so it is exact.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import attrs
+
+
+@attrs.frozen
+class OffsetPlan:
+    """bases: the deltas whose offsets are computed (one register each);
+    uses[d] = (base index, constant) for delta d."""
+
+    bases: tuple
+    uses: tuple
+
+
+def plan_offsets(layout: Any, origin: Callable[[Any], tuple], deltas: Sequence[tuple], threads: int) -> OffsetPlan:
+    coords = [origin(t) for t in range(threads)]
+
+    def offsets(delta: tuple) -> list[int]:
+        return [layout.offset(*(c + d for c, d in zip(o, delta))) for o in coords]
+
+    bases: list[tuple] = []
+    base_offsets: list[list[int]] = []
+    uses = []
+    for delta in deltas:
+        mine = offsets(delta)
+        for b, theirs in enumerate(base_offsets):
+            diff = mine[0] - theirs[0]
+            if all(x - y == diff for x, y in zip(mine, theirs)):
+                uses.append((b, diff))
+                break
+        else:
+            uses.append((len(bases), 0))
+            bases.append(tuple(delta))
+            base_offsets.append(mine)
+    return OffsetPlan(tuple(bases), tuple(uses))
+
+
+def base_offset_exprs(layout: Any, origin_ir: tuple, plan: OffsetPlan) -> list[Any]:
+    """The IR offset of each base for the running thread (origin given as IR)."""
+    return [layout(*(o + d for o, d in zip(origin_ir, delta))) for delta in plan.bases]

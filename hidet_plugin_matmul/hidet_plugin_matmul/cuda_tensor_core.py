@@ -1,0 +1,109 @@
+"""CUDA fp16 / bf16 matmul on the tensor cores (mma.sync m16n8k16, fp32 accumulation).
+
+The kernel is in `cuda_tensor_core_kernel`; this module holds the template: its space,
+derived from the target only (shared memory per block decides the deepest pipeline a
+tile allows, registers per thread which warp tiles fit), and `build`, which adds the
+split-K workspace and reduce launch when the candidate asks for it.
+
+Space (block tile, warps, BK, stages, split-K):
+- block tiles 64x64 .. 256x128 with 4 or 8 warps, warp tiles 32x32 .. 64x64;
+- BK 32 or 64 (an even number of 16-deep k-steps, for the fragment double buffer);
+- stages 2..5 while ``stages * (BM*BK + BK*BN) * 2`` fits ``smem_per_block_optin``;
+- split-K 2 and 4 on the smaller tiles (for small M*N with a long K).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.tuner.template import Template
+
+from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, target_int, task_dtype
+from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, tc_config, uses_cp_async
+
+# (block_m, block_n, warps_m, warps_n), most generally useful first
+BLOCK_TILES = [
+    (128, 128, 2, 4), (128, 256, 2, 4), (256, 128, 4, 2), (128, 128, 2, 2), (128, 128, 4, 2),
+    (64, 128, 2, 2), (128, 64, 2, 2), (64, 256, 1, 4), (64, 64, 2, 2),
+]
+SPLIT_TILES = [(128, 128, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2)]
+DEFAULT = {"block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1}
+
+
+def _params(tile: tuple, bk: int, stages: int, split: int = 1) -> dict:
+    bm, bn, wm, wn = tile
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "warps_m": wm, "warps_n": wn, "stages": stages,
+            "split_k": split}
+
+
+def tc_legal(params: Mapping[str, Any], target: Any) -> bool:
+    cfg = tc_config(params)
+    if cfg["smem"] > target_int(target, "smem_per_block_optin", 227 * 1024):
+        return False
+    if cfg["wtm"] % 16 or cfg["wtn"] % 16 or cfg["ks"] % 2:
+        return False
+    # accumulators + two fragment buffers + ~60 for addresses and offsets, under 255
+    regs = cfg["mt"] * cfg["nt"] * 4 + 2 * (cfg["mt"] * 4 + cfg["nt"] * 2) + 60
+    return regs <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+
+
+def tc_space(target: Any, level: int) -> list[dict]:
+    if level == 0:
+        return [DEFAULT]
+    out = [DEFAULT]
+
+    def add(p: dict) -> None:
+        if p not in out and tc_legal(p, target):
+            out.append(p)
+
+    if level == 1:
+        for stages in (3, 4):
+            for tile in BLOCK_TILES:
+                add(_params(tile, 32, stages))
+        for tile in BLOCK_TILES[:4]:
+            add(_params(tile, 64, 3))
+        for tile in SPLIT_TILES[1:]:
+            for split in (2, 4):
+                add(_params(tile, 32, 3, split))
+        return out
+    for tile in BLOCK_TILES:
+        for bk in (32, 64):
+            for stages in (2, 3, 4, 5):
+                add(_params(tile, bk, stages))
+    for tile in SPLIT_TILES:
+        for split in (2, 4):
+            for stages in (3, 4):
+                add(_params(tile, 32, stages, split))
+    return out
+
+
+class CudaTensorCoreMatmul(Template):
+    """fp16/bf16 matmul with mma.sync; see the module docstring."""
+
+    name = "matmul.cuda_tensor_core"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 2
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return task_dtype(task) in ("float16", "bfloat16")
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return tc_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        ops = MatmulOperands(attributes)
+        dtype = task_dtype(task)
+        p = dict(DEFAULT, **params)
+        path = "cp" if uses_cp_async(ops) else "reg"
+        name = (f"matmul_tc_{dtype}_{ops.key()}_{p['block_m']}x{p['block_n']}x{p['block_k']}"
+                f"_w{p['warps_m']}x{p['warps_n']}_s{p['stages']}_sk{p['split_k']}_{path}")
+        module = build_tc_module(ops, dtype, p, name)
+        a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if p["split_k"] == 1:
+            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
+        ws = BufferRef("workspace", 0)
+        workspace = WorkspaceSpec("matmul_split_k_partials", "float32", (p["split_k"], ops.batch, ops.m, ops.n))
+        launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
+        return ScheduledTask(module, launches, (workspace,), source=self.name, params=p)

@@ -1,0 +1,326 @@
+"""The tensor-core matmul kernel (fp16 / bf16 in, fp32 accumulation), in the script DSL.
+
+One block computes a BM x BN tile of C (or, with split-K, a partial sum of it over one
+slice of K). Inside the block:
+
+- warps form ``spatial(warps_m, warps_n)``; each warp owns a (BM/warps_m) x
+  (BN/warps_n) tile made of ``repeat(mt, nt)`` mma.sync m16n8k16 tiles, accumulators
+  in fp32 registers (``acc[mi, ni, 4]``, the PTX fragment layout);
+- A and B tiles live in shared memory in `stages` buffers with XOR-swizzled row-major
+  layouts (16-byte chunks permuted per row) so that the 8 row addresses of every
+  ldmatrix phase hit 8 different bank groups, and so do the 16-byte copies;
+- fragments come from ldmatrix.x4 (A) and ldmatrix.x4.trans (B, stored [k, n]), double
+  buffered in registers: the next k-step's fragments load before this step's mmas.
+
+Global -> shared, two paths chosen by the shape (the space does not change):
+
+- ``cp.async`` (rows of A and B 16-byte aligned: K % 8 == 0 and N % 8 == 0): a
+  multi-stage pipeline, tile kt+stages-1 in flight while tile kt is multiplied;
+  out-of-range chunks have src-size 0, which zero-fills (and the source address is
+  clamped to element 0 so no address past the data is formed);
+- register staging (any other shape, e.g. K = 997): guarded tensor-element reads into
+  registers at the start of tile kt, stored into the other of two buffers at its end.
+
+Stores of C are guarded tensor-element stores (fusible); the accumulators are rounded
+to the input dtype. With split-K the partial sums go to an fp32 workspace and a
+second kernel adds them up.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.layout import row_major, swizzle
+from hidet_framework.ir.mapping import auto_map, spatial
+from hidet_framework.lang import (
+    attrs, f32, i32, register_tensor, script, script_module, static_range, u32,
+)
+from hidet_framework.lang.annotations import DTypeAnnotation
+from hidet_framework.ir.dtypes import data_type
+
+from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, static_tasks, worker_origin
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
+
+
+def smem_swizzle(rows: int, cols: int):
+    """Row-major (rows, cols) of 2-byte elements, 16-byte chunks XOR-permuted so that 8
+    consecutive rows read at one logical chunk land in 8 different bank groups."""
+    chunks = cols // 8
+    period = min(8, chunks)
+    return swizzle(row_major(rows, cols), vector=8, period=period, row_step=max(1, 8 // chunks))
+
+
+def tc_config(params: Mapping[str, Any]) -> dict:
+    bm, bn, bk = params["block_m"], params["block_n"], params["block_k"]
+    wm, wn = params["warps_m"], params["warps_n"]
+    stages = params["stages"]
+    return {"bm": bm, "bn": bn, "bk": bk, "threads": 32 * wm * wn, "wtm": bm // wm, "wtn": bn // wn,
+            "mt": bm // wm // 16, "nt": bn // wn // 8, "ks": bk // 16, "stages": stages,
+            "smem": stages * (bm * bk + bk * bn) * 2, "split": params.get("split_k", 1)}
+
+
+def uses_cp_async(ops: MatmulOperands) -> bool:
+    """cp.async needs 16-byte aligned source rows (the allocator aligns the bases)."""
+    return ops.k % 8 == 0 and ops.n % 8 == 0
+
+
+def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
+    from hidet_plugin_cuda import lang as cu
+
+    cfg = tc_config(params)
+    bm, bn, bk, threads = cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"]
+    mt, nt, ks, wtm, wtn = cfg["mt"], cfg["nt"], cfg["ks"], cfg["wtm"], cfg["wtn"]
+    split = cfg["split"]
+    m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
+    async_copy = uses_cp_async(ops)
+    stages = cfg["stages"] if async_copy else 2  # register staging double-buffers
+    tiles_all = max(1, ceil_div(k, bk))
+    tiles = ceil_div(tiles_all, split)  # k-tiles per split slice
+    a_size, b_size = bm * bk, bk * bn  # elements per stage
+    dt = DTypeAnnotation(data_type(dtype))
+    sa_layout, sb_layout = smem_swizzle(bm, bk), smem_swizzle(bk, bn)
+    mma = cu.mma_sync_m16n8k16_f16_f32 if dtype == "float16" else cu.mma_sync_m16n8k16_bf16_f32
+
+    warp_map = spatial(params["warps_m"], params["warps_n"])
+
+    def warp_of(t):  # (warp row, warp col) origin in elements
+        wi, wj = worker_origin(warp_map, t // 32)
+        return wi * wtm, wj * wtn
+
+    # ldmatrix addressing: A x4 (16 rows x 16 k), B x4.trans (16 k x 16 n)
+    def lda_origin(t):
+        return warp_of(t)[0] + t % 32 % 16, t % 32 // 16 * 8
+
+    def ldb_origin(t):
+        return t % 8 + t % 32 // 8 % 2 * 8, warp_of(t)[1] + t % 32 // 16 * 8
+
+    lda_deltas = [(mi * 16, kk * 16) for kk in range(ks) for mi in range(mt)]
+    ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
+    lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
+    ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
+
+    # global -> shared copies: 16-byte chunks (cp.async) or elements (registers)
+    vec = 8 if async_copy else 1
+    a_map = auto_map(bm, bk // vec, workers=threads)
+    b_map = auto_map(bk, bn // vec, workers=threads)
+
+    def a_origin(t):
+        i, j = worker_origin(a_map, t)
+        return i, j * vec
+
+    def b_origin(t):
+        i, j = worker_origin(b_map, t)
+        return i, j * vec
+
+    a_deltas = [(i, j * vec) for i, j in static_tasks(a_map)]
+    b_deltas = [(i, j * vec) for i, j in static_tasks(b_map)]
+    sta_plan = plan_offsets(sa_layout, a_origin, a_deltas, threads)
+    stb_plan = plan_offsets(sb_layout, b_origin, b_deltas, threads)
+
+    out_dt = f32 if split > 1 else dt
+    out_shape = (split, batch, m, n) if split > 1 else ops.c_shape
+
+    def out_index(zs, bz, row, col):
+        return (zs, bz, row, col) if split > 1 else ops.c_index(bz, row, col)
+
+    # ---- host helpers emitting statements (called while tracing) ----------------
+    def load_frags(af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
+        out = []
+        for mi in range(mt):
+            base, const = lda_plan.uses[lda_deltas.index((mi * 16, kk * 16))]
+            out.append(cu.ldmatrix_x4(af[fb, mi, :], sa[stage * a_size + lda_off[base] + const]))
+        for q in range(nt // 2):
+            base, const = ldb_plan.uses[ldb_deltas.index((kk * 16, q * 16))]
+            regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
+            out.append(cu.ldmatrix_x4(regs, sb[stage * b_size + ldb_off[base] + const], trans=True))
+        return _seq(out)
+
+    def mma_all(acc, af, bf, fb):
+        out = []
+        for mi in range(mt):
+            for ni in range(nt):
+                c = acc[mi, ni, :]
+                out.append(mma(c, af[fb, mi, :], bf[fb, ni, :], c))
+        return _seq(out)
+
+    def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
+        out = []
+        for t, (di, dj) in enumerate(a_deltas):
+            base, const = sta_plan.uses[t]
+            row, col = m0 + ai + di, kbase + aj + dj
+            ok = _and(row < m, col < k)
+            src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+        for t, (di, dj) in enumerate(b_deltas):
+            base, const = stb_plan.uses[t]
+            row, col = kbase + bi + di, n0 + bj + dj
+            ok = _and(row < k, col < n)
+            src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
+            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+        return _seq(out)
+
+    def load_regs(a, b, ra, rb, kbase, m0, n0, bz, ai, aj, bi, bj):
+        out = []
+        for t, (di, dj) in enumerate(a_deltas):
+            row, col = m0 + ai + di, kbase + aj + dj
+            out.append(_guarded_copy(ra[t], a[ops.a_index(bz, row, col)], _and(row < m, col < k)))
+        for t, (di, dj) in enumerate(b_deltas):
+            row, col = kbase + bi + di, n0 + bj + dj
+            out.append(_guarded_copy(rb[t], b[ops.b_index(bz, row, col)], _and(row < k, col < n)))
+        return _seq(out)
+
+    def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
+        out = []
+        for t in range(len(a_deltas)):
+            base, const = sta_plan.uses[t]
+            out.append(_store(sa[stage * a_size + sta_off[base] + const], ra[t]))
+        for t in range(len(b_deltas)):
+            base, const = stb_plan.uses[t]
+            out.append(_store(sb[stage * b_size + stb_off[base] + const], rb[t]))
+        return _seq(out)
+
+    @script
+    def matmul_tc(a: dt[ops.a_shape], b: dt[ops.b_shape], out: out_dt[out_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), batch * split)
+        attrs.cuda.block_dim = threads
+        attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
+        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
+        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        acc = register_tensor(f32, [mt, nt, 4])
+        af = register_tensor(u32, [2, mt, 4])
+        bf = register_tensor(u32, [2, nt, 2])
+        lda_off = register_tensor(i32, [len(lda_plan.bases)])
+        ldb_off = register_tensor(i32, [len(ldb_plan.bases)])
+        sta_off = register_tensor(i32, [len(sta_plan.bases)])
+        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        tid = cu.threadIdx.x
+        bz = cu.blockIdx.z % batch
+        zs = cu.blockIdx.z // batch
+        m0 = cu.blockIdx.y * bm
+        n0 = cu.blockIdx.x * bn
+        k_begin = zs * (tiles * bk)
+        for t, e in enumerate(base_offset_exprs(sa_layout, lda_origin(tid), lda_plan)):
+            lda_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, ldb_origin(tid), ldb_plan)):
+            ldb_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
+            sta_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
+            stb_off[t] = e
+        ai, aj = a_origin(tid)
+        bi, bj = b_origin(tid)
+        for mi, ni, e in grid3(mt, nt, 4):
+            acc[mi, ni, e] = 0.0
+        if async_copy:
+            for s in static_range(stages - 1):
+                if s < tiles:
+                    copy_tiles(a, b, sa, sb, sta_off, stb_off, s, k_begin + s * bk, m0, n0, bz, ai, aj, bi, bj)
+                cu.cp_async_commit_group()
+            cu.cp_async_wait_group(stages - 2)
+        else:
+            ra = register_tensor(dt, [len(a_deltas)])
+            rb = register_tensor(dt, [len(b_deltas)])
+            load_regs(a, b, ra, rb, k_begin, m0, n0, bz, ai, aj, bi, bj)
+            store_regs(sa, sb, ra, rb, sta_off, stb_off, 0)
+        cu.syncthreads()
+        load_frags(af, bf, lda_off, ldb_off, sa, sb, 0, 0, 0)
+        for kt in range(tiles):
+            stage = kt % stages
+            for kk in static_range(ks):
+                if kk == 0:
+                    if async_copy:
+                        if kt + stages - 1 < tiles:
+                            copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
+                                       k_begin + (kt + stages - 1) * bk, m0, n0, bz, ai, aj, bi, bj)
+                        cu.cp_async_commit_group()
+                    else:
+                        if kt + 1 < tiles:
+                            load_regs(a, b, ra, rb, k_begin + (kt + 1) * bk, m0, n0, bz, ai, aj, bi, bj)
+                if kk == ks - 1:
+                    if async_copy:
+                        cu.cp_async_wait_group(stages - 2)
+                    else:
+                        store_regs(sa, sb, ra, rb, sta_off, stb_off, 1 - stage)
+                    cu.syncthreads()
+                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, (kt + 1) % stages, 0)
+                else:
+                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
+                mma_all(acc, af, bf, kk % 2)
+        lane = tid % 32
+        wr, wc = warp_of(tid)
+        for mi, ni, e in grid3(mt, nt, 4):
+            row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
+            col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
+            if row < m and col < n:
+                out[out_index(zs, bz, row, col)] = acc[mi, ni, e]
+
+    kernels = [matmul_tc]
+    if split > 1:
+        kernels.append(build_split_reduce(ops, dt, split, name + "_reduce"))
+    return script_module(*kernels, name=name)
+
+
+def build_split_reduce(ops: MatmulOperands, dt: Any, split: int, name: str):
+    """c = sum over the split slices of the fp32 workspace, rounded once to the dtype."""
+    from hidet_plugin_cuda import lang as cu
+
+    m, n, batch = ops.m, ops.n, ops.batch
+    total = batch * m * n
+
+    @script
+    def split_reduce(ws: f32[(split, batch, m, n)], c: dt[ops.c_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = ceil_div(total, 256)
+        attrs.cuda.block_dim = 256
+        idx = cu.blockIdx.x * 256 + cu.threadIdx.x
+        if idx < total:
+            bz = idx // (m * n)
+            row = idx // n % m
+            col = idx % n
+            s: f32 = 0.0
+            for z in static_range(split):
+                s += ws[z, bz, row, col]
+            c[ops.c_index(bz, row, col)] = s
+
+    return split_reduce
+
+
+# ---- small IR builders used by the host helpers above ------------------------------
+def grid3(a: int, b: int, c: int) -> list[tuple]:
+    return [(x, y, z) for x in range(a) for y in range(b) for z in range(c)]
+
+
+def _and(x: Any, y: Any) -> Any:
+    from hidet_framework.ir.expr import logical_and
+
+    return logical_and(x, y)
+
+
+def _sel(cond: Any, a: Any, b: Any) -> Any:
+    from hidet_framework.ir.expr import IfThenElse, convert
+
+    return IfThenElse(convert(cond), convert(a), convert(b))
+
+
+def _seq(stmts: list) -> Any:
+    from hidet_framework.ir.stmt import seq
+
+    return seq(*stmts)
+
+
+def _store(dst: Any, value: Any) -> Any:
+    from hidet_framework.ir.stmt import BufferStoreStmt
+
+    return BufferStoreStmt(dst.base, dst.indices, value)
+
+
+def _guarded_copy(dst: Any, src: Any, cond: Any) -> Any:
+    """dst = src where cond, else dst = 0 (in dst's dtype): the read happens only in range."""
+    from hidet_framework.ir.expr import const
+    from hidet_framework.ir.stmt import IfStmt
+    from hidet_framework.ir.type_infer import infer_type
+
+    zero = const(0.0, infer_type(dst))
+    return IfStmt(cond, _store(dst, src), _store(dst, zero))
