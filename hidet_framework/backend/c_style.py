@@ -25,8 +25,8 @@ import math
 from typing import Any
 
 from hidet_framework.backend.c_style_expr import (  # noqa: F401  (re-exported for backends)
-    BINARY_PRECEDENCE, PRIMARY, TERNARY, UNARY, CExprPrinter, CodegenError, c_string_literal, is_raw_read,
-    comment_text,
+    BINARY_PRECEDENCE, PRIMARY, TERNARY, UNARY, CExprPrinter, CodegenError, _method_for, c_string_literal,
+    comment_text, is_raw_read,
 )
 from hidet_framework.backend.naming import NameScope, c_identifier
 from hidet_framework.ir.dtypes import DataType
@@ -184,7 +184,7 @@ class CStyleCodegen(CExprPrinter):
     def stmt(self, s: Stmt | None) -> None:
         if s is None:
             return
-        method = getattr(self, "stmt_" + type(s).__name__, None)
+        method = _method_for(self, "stmt_", type(s))
         if method is None:
             raise CodegenError(f"{type(s).__name__} cannot be printed: lower the function first")
         method(s)

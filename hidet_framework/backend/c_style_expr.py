@@ -125,7 +125,7 @@ class CExprPrinter:
     def visit_expr(self, e: Expr) -> tuple[str, int]:
         if not isinstance(e, Expr):  # indices built by hand may be plain Python numbers
             e = convert(e)
-        method = getattr(self, "expr_" + type(e).__name__, None)
+        method = _method_for(self, "expr_", type(e))
         if method is None:
             raise CodegenError(f"{type(e).__name__} cannot be printed: lower the function first ({_show(e)})")
         return method(e)
@@ -272,3 +272,13 @@ def _is_primary(template: str) -> bool:
         if depth == 0:
             return pos == len(template) - 1
     return False
+
+
+def _method_for(printer: object, prefix: str, cls: type):
+    """The printer method for a node class or its nearest base (so subclasses defined
+    above the IR, like compute's TensorNode, print as the IR node they extend)."""
+    for base in cls.__mro__:
+        method = getattr(printer, prefix + base.__name__, None)
+        if method is not None:
+            return method
+    return None

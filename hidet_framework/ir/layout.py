@@ -81,8 +81,9 @@ def index_product(items: Sequence[Index]) -> Index:
 
 def _shape(items: Any) -> tuple:
     out = tuple(_as_index(s) for s in items)
-    if any(isinstance(s, int) and s < 1 for s in out):
-        raise ValueError(f"layout extents must be positive, got {out}")
+    # zero extents are legal: a tensor may be empty (e.g. a split part of size 0)
+    if any(isinstance(s, int) and s < 0 for s in out):
+        raise ValueError(f"layout extents must be non-negative, got {out}")
     return out
 
 

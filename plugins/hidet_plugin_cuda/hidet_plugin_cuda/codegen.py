@@ -169,13 +169,6 @@ class CudaCodegen(CStyleCodegen):
             return [f"#pragma unroll {max(1, int(s.unroll))}"]
         return []
 
-    def visit_expr(self, e: Expr) -> tuple[str, int]:
-        # Var subclasses from above the IR (compute's TensorNode, the auto-scheduler's
-        # parameters) are variables: the base dispatches on the exact class name.
-        if isinstance(e, Var) and type(e) is not Var:
-            return self.expr_Var(e)
-        return super().visit_expr(e)
-
     # ------------------------------------------------------------------ types
     def vector_type_name(self, t: DataType) -> str:
         try:
