@@ -103,14 +103,14 @@ def tune_cpu(task, attributes, level: int, cache_dir: str):
     b = rng.standard_normal(_input_shape(attributes, "b")).astype(np.float32)
     c = np.empty(_output_shape(attributes), np.float32)
 
-    def prepare(scheduled):  # in the tuner's workers: fills the build cache
-        backend.build(backend.codegen(lower(scheduled.module, "cpu"), target), target, name="matmul")
+    def prepare(scheduled):  # in the tuner's workers: fills the build cache `measure` reads
+        backend.compile(lower(scheduled.module, "cpu"), target)
 
     def measure(scheduled, runs):
         from hidet_plugin_matmul.cpu_harness import CompiledCandidate
 
         loaded = backend.compile(lower(scheduled.module, "cpu"), target)
-        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs)
+        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs, warmup=0)
 
     result = tune(task, attributes, "matmul", target, templates, level, prepare, measure,
                   cache=TuningCache(cache_dir))
