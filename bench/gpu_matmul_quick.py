@@ -5,6 +5,10 @@ with CUDA events (median), check the winner against torch in float64, and time c
 on the same inputs. fp32 runs with TF32 off on both sides.
 
     python bench/gpu_matmul_quick.py --level 2 --out OUTDIR
+    python bench/gpu_matmul_quick.py --picks --out OUTDIR   # a few chosen candidates only
+
+--picks times only the handful of space-2 candidates listed in PICKS for the four
+target cases (what a short device lease allows); the tuner still sees the whole space.
 
 Prints a table last and writes OUTDIR/gpu_matmul_quick.json.
 """
@@ -24,11 +28,35 @@ CASES = [  # (dtype, m, n, k)
 ]
 
 
+def _tile(bm, bn, bk, wm, wn, stages, split=1, **extra):
+    return dict({"block_m": bm, "block_n": bn, "block_k": bk, "warps_m": wm, "warps_n": wn, "stages": stages,
+                 "split_k": split}, **extra)
+
+
+def _simt(tm, tn, wm, wn, lm, ln, bk):
+    return {"thread_m": tm, "thread_n": tn, "warps_m": wm, "warps_n": wn, "lanes_m": lm, "lanes_n": ln,
+            "block_k": bk}
+
+
+PICKS = {  # (dtype, m, n, k) -> candidates (members of the level-2 space), v1's winners included
+    ("float32", 4096, 4096, 4096): [_simt(8, 8, 4, 2, 4, 8, 16), _simt(8, 8, 2, 4, 8, 4, 16),
+                                    _simt(8, 8, 2, 4, 8, 4, 8)],
+    ("float16", 4096, 4096, 4096): [_tile(256, 128, 64, 4, 2, 4), _tile(128, 256, 64, 2, 4, 4),
+                                    _tile(256, 128, 32, 4, 2, 5), _tile(128, 128, 64, 2, 4, 4)],
+    ("float16", 2039, 2039, 2039): [_tile(128, 128, 64, 2, 4, 3), _tile(128, 128, 32, 2, 4, 4),
+                                    _tile(256, 128, 64, 4, 2, 4), _tile(128, 256, 32, 2, 4, 4),
+                                    _tile(128, 128, 64, 2, 4, 2, reg_stage=1)],
+    ("float16", 1021, 3001, 997): [_tile(128, 128, 32, 2, 4, 3), _tile(64, 128, 32, 2, 2, 4),
+                                   _tile(64, 128, 64, 2, 2, 3), _tile(128, 64, 32, 2, 2, 4),
+                                   _tile(128, 128, 32, 2, 4, 2, reg_stage=1)],
+}
+
+
 def _median_seconds(device, fn, repeat):
     return statistics.median(device.time(fn, warmup=3, repeat=repeat))
 
 
-def run_case(dtype, m, n, k, level, backend, target, torch, log):
+def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
     from hidet_plugin_matmul.cuda_run import compile_scheduled, compile_sources, run_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
@@ -37,6 +65,10 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log):
     template = CudaSimtMatmul() if dtype == "float32" else CudaTensorCoreMatmul()
     task, attrs = matmul_task((m, k), (k, n), dtype)
     space = template.space(target, level)
+    if picks:
+        full = template.space(target, 2)
+        space = [p for p in PICKS[(dtype, m, n, k)] if p in full]
+        assert space, "no pick is in the space"
     started = time.perf_counter()
     built = compile_sources([(template, task, attrs, p, target) for p in space], arch=target.arch)
     compile_s = time.perf_counter() - started
@@ -73,7 +105,7 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log):
     cublas = _median_seconds(backend.device, lambda: torch.matmul(a, b, out=c), repeat)
     ours = times[best]
     row = {"dtype": dtype, "m": m, "n": n, "k": k, "template": template.name, "version": template.version,
-           "level": level, "candidates": len(space), "built": len(times), "compile_s": round(compile_s, 1),
+           "level": "picks" if picks else level, "candidates": len(space), "built": len(times), "compile_s": round(compile_s, 1),
            "tune_s": round(tune_s, 1), "best": space[best], "ours_ms": ours * 1e3, "cublas_ms": cublas * 1e3,
            "ours_tflops": flops / ours / 1e12, "cublas_tflops": flops / cublas / 1e12,
            "ratio": cublas / ours, "rel_err": err,
@@ -89,6 +121,7 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--only", default="", help="comma-separated dtypes to run")
     parser.add_argument("--shape", default="", help="only this MxNxK")
+    parser.add_argument("--picks", action="store_true", help="only the PICKS candidates of the four target cases")
     args = parser.parse_args()
     import torch
 
@@ -102,13 +135,13 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     rows = []
     with open(os.path.join(args.out, "gpu_matmul_quick.log"), "w") as log:
-        for case in CASES:
+        for case in (list(PICKS) if args.picks else CASES):
             if args.only and case[0] not in args.only.split(","):
                 continue
             if args.shape and "x".join(map(str, case[1:])) != args.shape:
                 continue
             try:
-                rows.append(run_case(*case, args.level, backend, target, torch, log))
+                rows.append(run_case(*case, args.level, backend, target, torch, log, args.picks))
             except Exception as exc:
                 print(f"case {case} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     with open(os.path.join(args.out, "gpu_matmul_quick.json"), "w") as f:

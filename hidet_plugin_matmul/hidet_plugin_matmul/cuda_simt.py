@@ -16,7 +16,10 @@ Design (one block computes a BM x BN tile of C for one batch entry):
   for step kk+1 are issued before the FMAs of step kk.
 - Global reads are tensor-element reads guarded by ``row < m and col < k`` (zero
   otherwise) and stores are guarded tensor-element stores: any M, N, K (primes, 1),
-  and the fusion engine can graft prologues/epilogues onto them.
+  and the fusion engine can graft prologues/epilogues onto them. v2: a guard the
+  static shape makes always true is not emitted (M % BM == 0: no row guard; K % BK
+  == 0: no K guard, the prefetch past the last tile is skipped by one uniform branch
+  per tile instead), so aligned shapes run with no per-load predicate.
 
 The space comes from the target only: thread tiles, warp and lane arrangements, BK,
 filtered by registers and shared memory.
@@ -34,6 +37,7 @@ from hidet_framework.tuner.template import Template
 from hidet_plugin_matmul.cuda_matmul_common import (
     MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
 )
+from hidet_plugin_matmul.cuda_tensor_core_kernel import _and, _guarded_copy, _seq, _store
 
 A_PAD = 4  # floats of padding per transposed A row: conflict-free stores, 16-byte aligned rows
 
@@ -104,6 +108,26 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
     k_tiles = max(1, ceil_div(k, bk))
     a_shape, b_shape, c_shape = ops.a_shape, ops.b_shape, ops.c_shape
     acc_layout = mapping_register_layout(c_map)
+    # v2: guards that the shape makes always true are not emitted (M % BM, N % BN, K % BK
+    # == 0: e.g. 4096^3 has no guarded load at all); the rest stay tensor-element reads
+    guard_m, guard_n, guard_k = m % bm != 0, n % bn != 0, k % bk != 0
+
+    def load(dst, src, in_mn, in_k, g_mn, g_k):
+        conds = ([in_mn] if g_mn else []) + ([in_k] if g_k else [])
+        if not conds:
+            return _store(dst, src)
+        cond = conds[0] if len(conds) == 1 else _and(conds[0], conds[1])
+        return _guarded_copy(dst, src, cond)
+
+    def prefetch(a, b, ra, rb, bz, m0, n0, k1, ai, ak, bk0, bj):
+        out = []
+        for t, (i, q) in enumerate(a_tasks):
+            out.append(load(ra[t], a[ops.a_index(bz, m0 + ai + i, k1 + ak + q)], m0 + ai + i < m, k1 + ak + q < k,
+                            guard_m, guard_k))
+        for t, (q, j) in enumerate(b_tasks):
+            out.append(load(rb[t], b[ops.b_index(bz, k1 + bk0 + q, n0 + bj + j)], n0 + bj + j < n,
+                            k1 + bk0 + q < k, guard_n, guard_k))
+        return _seq(out)
 
     @script
     def matmul_simt(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):
@@ -129,9 +153,9 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
             acc[i, j] = 0.0
         # tile 0: global -> registers -> buffer 0
         for t, (i, kk) in enumerate(a_tasks):
-            ra[t] = a[ops.a_index(bz, m0 + ai + i, ak + kk)] if m0 + ai + i < m and ak + kk < k else 0.0
+            load(ra[t], a[ops.a_index(bz, m0 + ai + i, ak + kk)], m0 + ai + i < m, ak + kk < k, guard_m, guard_k)
         for t, (kk, j) in enumerate(b_tasks):
-            rb[t] = b[ops.b_index(bz, bk0 + kk, n0 + bj + j)] if bk0 + kk < k and n0 + bj + j < n else 0.0
+            load(rb[t], b[ops.b_index(bz, bk0 + kk, n0 + bj + j)], n0 + bj + j < n, bk0 + kk < k, guard_n, guard_k)
         for t, (i, kk) in enumerate(a_tasks):
             sa[0, ak + kk, ai + i] = ra[t]
         for t, (kk, j) in enumerate(b_tasks):
@@ -146,13 +170,13 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
             k1 = (kt + 1) * bk  # first k of the next tile
             for kk in static_range(bk):
                 if kk == 0:
-                    # next tile's global loads, in flight during this tile's FMAs
-                    for t, (i, q) in enumerate(a_tasks):
-                        ra[t] = a[ops.a_index(bz, m0 + ai + i, k1 + ak + q)] \
-                            if m0 + ai + i < m and k1 + ak + q < k else 0.0
-                    for t, (q, j) in enumerate(b_tasks):
-                        rb[t] = b[ops.b_index(bz, k1 + bk0 + q, n0 + bj + j)] \
-                            if k1 + bk0 + q < k and n0 + bj + j < n else 0.0
+                    # next tile's global loads, in flight during this tile's FMAs; without a
+                    # K guard (K % BK == 0) the tile past the last is skipped instead
+                    if guard_k:
+                        prefetch(a, b, ra, rb, bz, m0, n0, k1, ai, ak, bk0, bj)
+                    else:
+                        if kt + 1 < k_tiles:
+                            prefetch(a, b, ra, rb, bz, m0, n0, k1, ai, ak, bk0, bj)
                 if kk == bk - 1:
                     for t, (i, q) in enumerate(a_tasks):
                         sa[1 - cur, ak + q, ai + i] = ra[t]
@@ -184,7 +208,7 @@ class CudaSimtMatmul(Template):
     name = "matmul.cuda_simt"
     operator = "matmul"
     target = "cuda"
-    version = "1"
+    version = "2"
     priority = 1
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:

@@ -9,7 +9,9 @@ Space (block tile, warps, BK, stages, split-K):
 - block tiles 64x64 .. 256x128 with 4 or 8 warps, warp tiles 32x32 .. 64x64;
 - BK 32 or 64 (an even number of 16-deep k-steps, for the fragment double buffer);
 - stages 2..5 while ``stages * (BM*BK + BK*BN) * 2`` fits ``smem_per_block_optin``;
-- split-K 2 and 4 on the smaller tiles (for small M*N with a long K).
+- split-K 2 and 4 on the smaller tiles (for small M*N with a long K);
+- v2: a few ``reg_stage`` candidates (register-staged loads, v1's path for unaligned
+  rows); all other candidates pad unaligned operands first (see the kernel module).
 """
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, target_int, task_dtype
-from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, tc_config, uses_cp_async
+from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, padded_shapes, staging, tc_config
 
 # (block_m, block_n, warps_m, warps_n), most generally useful first
 BLOCK_TILES = [
     (128, 128, 2, 4), (128, 256, 2, 4), (256, 128, 4, 2), (128, 128, 2, 2), (128, 128, 4, 2),
     (64, 128, 2, 2), (128, 64, 2, 2), (64, 256, 1, 4), (64, 64, 2, 2),
 ]
+# v1's register-staged path kept as candidates (v2 pads unaligned operands instead):
+# (tile, BK); the first two were v1's winners on 2039^3 and 1021x3001x997
+REG_STAGE = [((128, 128, 2, 4), 64), ((128, 128, 2, 4), 32), ((64, 128, 2, 2), 32), ((128, 64, 2, 2), 32)]
 SPLIT_TILES = [(128, 128, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2)]
 DEFAULT = {"block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1}
 
@@ -65,6 +70,8 @@ def tc_space(target: Any, level: int) -> list[dict]:
         for tile in SPLIT_TILES[1:]:
             for split in (2, 4):
                 add(_params(tile, 32, 3, split))
+        for tile, bk in REG_STAGE[:1]:
+            add(dict(_params(tile, bk, 2), reg_stage=1))
         return out
     for tile in BLOCK_TILES:
         for bk in (32, 64):
@@ -74,6 +81,8 @@ def tc_space(target: Any, level: int) -> list[dict]:
         for split in (2, 4):
             for stages in (3, 4):
                 add(_params(tile, 32, stages, split))
+    for tile, bk in REG_STAGE:
+        add(dict(_params(tile, bk, 2), reg_stage=1))
     return out
 
 
@@ -83,7 +92,7 @@ class CudaTensorCoreMatmul(Template):
     name = "matmul.cuda_tensor_core"
     operator = "matmul"
     target = "cuda"
-    version = "1"
+    version = "2"
     priority = 2
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
@@ -96,14 +105,28 @@ class CudaTensorCoreMatmul(Template):
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
         p = dict(DEFAULT, **params)
-        path = "cp" if uses_cp_async(ops) else "reg"
+        path = staging(ops, p)
         name = (f"matmul_tc_{dtype}_{ops.key()}_{p['block_m']}x{p['block_n']}x{p['block_k']}"
                 f"_w{p['warps_m']}x{p['warps_n']}_s{p['stages']}_sk{p['split_k']}_{path}")
         module = build_tc_module(ops, dtype, p, name)
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        launches: list = []
+        workspace: list = []
+        if path == "pad":
+            ap_shape, bp_shape = padded_shapes(ops)
+            pa = a
+            if ops.k % 8:
+                pa = BufferRef("workspace", len(workspace))
+                workspace.append(WorkspaceSpec("matmul_padded_a", dtype, ap_shape))
+            pb = BufferRef("workspace", len(workspace))
+            workspace.append(WorkspaceSpec("matmul_padded_b", dtype, bp_shape))
+            launches.append(Launch(name + "_pad", (a, b, pa, pb)))
+            a, b = pa, pb
         if p["split_k"] == 1:
-            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
-        ws = BufferRef("workspace", 0)
-        workspace = WorkspaceSpec("matmul_split_k_partials", "float32", (p["split_k"], ops.batch, ops.m, ops.n))
-        launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
-        return ScheduledTask(module, launches, (workspace,), source=self.name, params=p)
+            launches.append(Launch(name, (a, b, c)))
+        else:
+            ws = BufferRef("workspace", len(workspace))
+            workspace.append(WorkspaceSpec("matmul_split_k_partials", "float32",
+                                           (p["split_k"], ops.batch, ops.m, ops.n)))
+            launches += [Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c))]
+        return ScheduledTask(module, tuple(launches), tuple(workspace), source=self.name, params=p)

@@ -12,14 +12,19 @@ slice of K). Inside the block:
 - fragments come from ldmatrix.x4 (A) and ldmatrix.x4.trans (B, stored [k, n]), double
   buffered in registers: the next k-step's fragments load before this step's mmas.
 
-Global -> shared, two paths chosen by the shape (the space does not change):
+Global -> shared, three paths (`staging`), chosen by the shape and one parameter:
 
-- ``cp.async`` (rows of A and B 16-byte aligned: K % 8 == 0 and N % 8 == 0): a
+- ``cp`` (rows of A and B 16-byte aligned: K % 8 == 0 and N % 8 == 0): a
   multi-stage pipeline, tile kt+stages-1 in flight while tile kt is multiplied;
   out-of-range chunks have src-size 0, which zero-fills (and the source address is
   clamped to element 0 so no address past the data is formed);
-- register staging (any other shape, e.g. K = 997): guarded tensor-element reads into
-  registers at the start of tile kt, stored into the other of two buffers at its end.
+- ``pad`` (v2; any other shape, e.g. K = 997): a first launch copies A (when K % 8)
+  and B into workspace buffers with K and N rounded up to 8, zero-filled, and the main
+  kernel runs the ``cp`` pipeline on them (a few microseconds of copying buys 16-byte
+  cp.async chunks and the deep pipeline instead of element loads);
+- ``reg`` (candidates with ``reg_stage``; v1's only path for unaligned rows):
+  guarded tensor-element reads into registers at the start of tile kt, stored into
+  the other of two buffers at its end. Works for any shape.
 
 Stores of C are guarded tensor-element stores (fusible); the accumulators are rounded
 to the input dtype. With split-K the partial sums go to an fp32 workspace and a
@@ -63,6 +68,91 @@ def uses_cp_async(ops: MatmulOperands) -> bool:
     return ops.k % 8 == 0 and ops.n % 8 == 0
 
 
+def round8(x: int) -> int:
+    return (x + 7) // 8 * 8
+
+
+def staging(ops: MatmulOperands, params: Mapping[str, Any]) -> str:
+    """How a candidate moves A and B to shared memory on this shape:
+    "cp" (aligned rows, cp.async), "pad" (unaligned rows: a first launch copies A
+    and/or B into zero-padded buffers whose rows are multiples of 8 elements, then the
+    cp.async pipeline), "reg" (params["reg_stage"]: register-staged element loads)."""
+    if params.get("reg_stage"):
+        return "reg"
+    return "cp" if uses_cp_async(ops) else "pad"
+
+
+def padded_shapes(ops: MatmulOperands) -> tuple:
+    """(A shape, B shape) of the operands the main kernel reads under "pad": K rounded
+    up to 8 (A's and B's), N rounded up to 8 (B's); A is unchanged when K % 8 == 0."""
+    kp, np_ = round8(ops.k), round8(ops.n)
+    return ops.a_shape[:-1] + (kp,), ops.b_shape[:-2] + (kp, np_)
+
+
+def build_pad_kernel(ops: MatmulOperands, dt: Any, name: str, per_thread: int = 4):
+    """ap/bp = A/B with zero-filled columns (rows) up to the padded extents; reads are
+    guarded tensor-element reads of A and B (fusible), writes coalesced. A is skipped
+    (the launch passes A itself as ap, never touched) when K % 8 == 0."""
+    from hidet_plugin_cuda import lang as cu
+
+    ap_shape, bp_shape = padded_shapes(ops)
+    pad_a = ops.k % 8 != 0
+    total_a = _prod(ap_shape) if pad_a else 0
+    total_b = _prod(bp_shape)
+    per_block = 256 * per_thread
+    blocks_a, blocks_b = ceil_div(total_a, per_block), ceil_div(total_b, per_block)
+    m, n, k = ops.m, ops.n, ops.k
+
+    def split(idx, shape):
+        coords = []
+        rem = idx
+        for d, extent in enumerate(reversed(shape)):
+            last = d == len(shape) - 1
+            coords.insert(0, rem if last else rem % extent)
+            rem = rem // extent
+        return tuple(coords)
+
+    def copy_a(a, ap, idx):
+        c = split(idx, ap_shape)
+        return _guarded_copy(ap[c], a[c], c[-1] < k)
+
+    def copy_b(b, bp, idx):
+        c = split(idx, bp_shape)
+        return _guarded_copy(bp[c], b[c], _and(c[-2] < k, c[-1] < n))
+
+    @script
+    def pad_operands(a: dt[ops.a_shape], b: dt[ops.b_shape], ap: dt[ap_shape], bp: dt[bp_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = blocks_a + blocks_b
+        attrs.cuda.block_dim = 256
+        if blocks_a > 0:
+            if cu.blockIdx.x < blocks_a:
+                for v in static_range(per_thread):
+                    ia = cu.blockIdx.x * per_block + v * 256 + cu.threadIdx.x
+                    if ia < total_a:
+                        copy_a(a, ap, ia)
+            else:
+                for v in static_range(per_thread):
+                    ib = (cu.blockIdx.x - blocks_a) * per_block + v * 256 + cu.threadIdx.x
+                    if ib < total_b:
+                        copy_b(b, bp, ib)
+        else:
+            for v in static_range(per_thread):
+                ib = cu.blockIdx.x * per_block + v * 256 + cu.threadIdx.x
+                if ib < total_b:
+                    copy_b(b, bp, ib)
+
+    return pad_operands
+
+
+def _prod(shape: tuple) -> int:
+    out = 1
+    for x in shape:
+        out *= x
+    return out
+
+
 def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
     from hidet_plugin_cuda import lang as cu
 
@@ -71,7 +161,15 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     mt, nt, ks, wtm, wtn = cfg["mt"], cfg["nt"], cfg["ks"], cfg["wtm"], cfg["wtn"]
     split = cfg["split"]
     m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
-    async_copy = uses_cp_async(ops)
+    path = staging(ops, params)
+    async_copy = path != "reg"
+    # what the main kernel reads: A and B themselves, or (path "pad") the padded copies,
+    # whose K (and B's N) extents are multiples of 8; zeros past k / n add nothing
+    if path == "pad":
+        a_shape, b_shape = padded_shapes(ops)
+    else:
+        a_shape, b_shape = ops.a_shape, ops.b_shape
+    ka, nb = a_shape[-1], b_shape[-1]
     stages = cfg["stages"] if async_copy else 2  # register staging double-buffers
     tiles_all = max(1, ceil_div(k, bk))
     tiles = ceil_div(tiles_all, split)  # k-tiles per split slice
@@ -147,13 +245,13 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         for t, (di, dj) in enumerate(a_deltas):
             base, const = sta_plan.uses[t]
             row, col = m0 + ai + di, kbase + aj + dj
-            ok = _and(row < m, col < k)
+            ok = _and(row < m, col < ka)
             src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
             out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
         for t, (di, dj) in enumerate(b_deltas):
             base, const = stb_plan.uses[t]
             row, col = kbase + bi + di, n0 + bj + dj
-            ok = _and(row < k, col < n)
+            ok = _and(row < k, col < nb)
             src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
             out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
         return _seq(out)
@@ -179,7 +277,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         return _seq(out)
 
     @script
-    def matmul_tc(a: dt[ops.a_shape], b: dt[ops.b_shape], out: out_dt[out_shape]):
+    def matmul_tc(a: dt[a_shape], b: dt[b_shape], out: out_dt[out_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
         attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), batch * split)
@@ -256,6 +354,8 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 out[out_index(zs, bz, row, col)] = acc[mi, ni, e]
 
     kernels = [matmul_tc]
+    if path == "pad":
+        kernels.insert(0, build_pad_kernel(ops, dt, name + "_pad"))
     if split > 1:
         kernels.append(build_split_reduce(ops, dt, split, name + "_reduce"))
     return script_module(*kernels, name=name)
