@@ -18,11 +18,11 @@ Global -> shared, three paths (`staging`), chosen by the shape and one parameter
   multi-stage pipeline, tile kt+stages-1 in flight while tile kt is multiplied;
   out-of-range chunks have src-size 0, which zero-fills (and the source address is
   clamped to element 0 so no address past the data is formed);
-- ``pad`` (v2; any other shape, e.g. K = 997): a first launch copies A (when K % 8)
+- ``pad`` (v2, candidates with ``pad`` on any other shape, e.g. K = 997): a first launch copies A (when K % 8)
   and B into workspace buffers with K and N rounded up to 8, zero-filled, and the main
   kernel runs the ``cp`` pipeline on them (a few microseconds of copying buys 16-byte
   cp.async chunks and the deep pipeline instead of element loads);
-- ``reg`` (candidates with ``reg_stage``; v1's only path for unaligned rows):
+- ``reg`` (unaligned rows without ``pad``, as in v1; any shape with ``reg_stage``):
   guarded tensor-element reads into registers at the start of tile kt, stored into
   the other of two buffers at its end. Works for any shape.
 
@@ -74,12 +74,15 @@ def round8(x: int) -> int:
 
 def staging(ops: MatmulOperands, params: Mapping[str, Any]) -> str:
     """How a candidate moves A and B to shared memory on this shape:
-    "cp" (aligned rows, cp.async), "pad" (unaligned rows: a first launch copies A
-    and/or B into zero-padded buffers whose rows are multiples of 8 elements, then the
-    cp.async pipeline), "reg" (params["reg_stage"]: register-staged element loads)."""
+    "cp" (aligned rows, cp.async), "reg" (unaligned rows, or params["reg_stage"]:
+    register-staged element loads, v1's path), "pad" (unaligned rows and
+    params["pad"]: a first launch copies A and/or B into zero-padded buffers whose
+    rows are multiples of 8 elements, then the cp.async pipeline)."""
     if params.get("reg_stage"):
         return "reg"
-    return "cp" if uses_cp_async(ops) else "pad"
+    if uses_cp_async(ops):
+        return "cp"
+    return "pad" if params.get("pad") else "reg"
 
 
 def padded_shapes(ops: MatmulOperands) -> tuple:

@@ -2,7 +2,7 @@
 
 - compile-only (marker ``nvcc``, runs in CI without a GPU): every space-2 candidate of
   both templates generates CUDA that compiles to an sm_90 cubin (the bf16 odd-shape
-  build, i.e. the pad path plus one register-staged candidate, at space 1 to keep CI
+  build, i.e. the register-staged path plus one pad candidate, at space 1 to keep CI
   time), in parallel on 2 processes through a fresh build cache; the time is printed.
 - GPU (marker ``cuda``): candidates run on shapes with primes and 1, batched operands
   included, against a float64 numpy reference, outputs poisoned first.
@@ -71,8 +71,7 @@ def _all_jobs():
     # tensor cores: fp16 with aligned rows (the cp.async pipeline) ...
     task, attrs = matmul_task((192, 256), (256, 320), "float16")
     jobs += [(CudaTensorCoreMatmul(), task, attrs, p, target) for p in CudaTensorCoreMatmul().space(target, 2)]
-    # ... and bf16 with odd K and N (operands padded first; space 1 holds one register-staged
-    # candidate, and the fp16 build above compiles the register path of every reg_stage one)
+    # ... and bf16 with odd K and N (the register-staged path; space 1 holds one pad candidate)
     task, attrs = matmul_task((61, 97), (97, 131), "bfloat16")
     jobs += [(CudaTensorCoreMatmul(), task, attrs, p, target) for p in CudaTensorCoreMatmul().space(target, 1)]
     return jobs
@@ -113,25 +112,25 @@ def test_unaligned_operands_are_padded_first():
 
     t = CudaTensorCoreMatmul()
     space = t.space(_target(), 2)
-    assert any(p.get("reg_stage") for p in t.space(_target(), 1))
+    pad = next(p for p in t.space(_target(), 1) if p.get("pad"))
     # K and N odd: A and B padded (K, N up to multiples of 8), then the cp.async kernel
     task, attrs = matmul_task((1021, 997), (997, 3001), "float16")
-    st = t.build(task, attrs, space[0], _target())
+    assert len(t.build(task, attrs, space[0], _target()).launches) == 1  # register-staged
+    st = t.build(task, attrs, pad, _target())
     assert [w.shape for w in st.workspace] == [(1021, 1000), (1000, 3008)]
     assert [x.kind for x in st.launches[1].buffers] == ["workspace", "workspace", "output"]
     assert st.launches[0].function.endswith("_pad")
     # only N odd: B alone is padded, A read as it is; split-K partials come after
     task, attrs = matmul_task((2, 64, 96), (96, 13), "float16")
-    split = next(p for p in space if p["split_k"] > 1)
+    split = dict(next(p for p in space if p["split_k"] > 1), pad=1)
     st = t.build(task, attrs, split, _target())
     assert [w.name for w in st.workspace] == ["matmul_padded_b", "matmul_split_k_partials"]
     assert st.launches[0].buffers[2] == st.launches[1].buffers[0] == st.launches[0].buffers[0]
     assert len(st.launches) == 3
-    # aligned rows: no extra launch; reg_stage: the register path on any shape
+    # aligned rows: no extra launch, pad or not; reg_stage: the register path on any shape
     task, attrs = matmul_task((64, 96), (96, 128), "float16")
-    assert len(t.build(task, attrs, space[0], _target()).launches) == 1
-    reg = next(p for p in space if p.get("reg_stage"))
-    assert staging(attrs_ops(attrs), reg) == "reg" and len(t.build(task, attrs, reg, _target()).launches) == 1
+    assert len(t.build(task, attrs, pad, _target()).launches) == 1
+    assert staging(attrs_ops(attrs), pad) == "cp" and staging(attrs_ops(attrs), dict(pad, reg_stage=1)) == "reg"
 
 
 def attrs_ops(attrs):
@@ -207,7 +206,7 @@ def test_tensor_core_matches_float64_reference(cuda_env, shapes, dtype):
     space = t.space(cuda_env[1], 2)
     picks = [space[0]] + [p for p in space if p["split_k"] > 1][:2] + [p for p in space if p["stages"] in (2, 5)][:2]
     picks += [p for p in space if p["block_k"] == 64][:1] + [p for p in space if p["block_m"] == 256][:1]
-    picks += [p for p in space if p.get("reg_stage")][:1]
+    picks += [p for p in space if p.get("pad")][:1]
     for params in picks:
         err = _run_case(cuda_env, t, params, *shapes, dtype, rng)
         assert err < 1e-2, (params, err)
