@@ -27,13 +27,16 @@ from typing import Any
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Address, Call, Cast, Expr, TensorElement, TensorSlice, const, convert
+from hidet_framework.ir.math_functions import (  # noqa: F401  (re-exported for kernels)
+    abs_, ceil, cos, erf, exp, floor, fma, fmax, fmin, log, math_primitive, pow_, rsqrt, sin, sqrt, tanh,
+)
 from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.ir.stmt import AsmStmt
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope, TensorType
 
 from . import primitives as _primitives  # noqa: F401  (registers the cuda spellings)
-from .primitives import ATOMIC_ADD_TYPES, MATH_FUNCTIONS, SHUFFLE_TYPES
+from .primitives import ATOMIC_ADD_TYPES, SHUFFLE_TYPES
 
 __all__ = [
     "threadIdx", "blockIdx", "blockDim", "gridDim", "syncthreads", "syncwarp", "shfl_down_sync",
@@ -292,35 +295,5 @@ def mma_sync_m16n8k8_tf32(d: Any, a: Any, b: Any, c: Any) -> AsmStmt:
     return _mma("m16n8k8", "f32.tf32.tf32.f32", d, a, b, c, 4, 2)
 
 
-# ------------------------------------------------------------------------- math
-def math_primitive(name: str, *args: Any) -> Expr:
-    """Math function `name` on `args`: float64 if any argument is, else float32;
-    float16/bfloat16 arguments computed in float32 and the result cast back."""
-    if name not in MATH_FUNCTIONS:
-        raise KeyError(f"unknown math function {name!r}; known: {', '.join(MATH_FUNCTIONS)}")
-    args = [convert(a) for a in args]
-    types = [infer_type(a) for a in args]
-    if not all(isinstance(t, DataType) and t.is_float() and t.lanes == 1 for t in types):
-        raise TypeError(f"{name} takes scalar float arguments, got {', '.join(map(str, types))}")
-    short = "f64" if dtypes.float64 in types else "f32"
-    compute = dtypes.float64 if short == "f64" else dtypes.float32
-    call = lookup_primitive(f"{name}_{short}")(*(a if t is compute else Cast(a, compute) for a, t in zip(args, types)))
-    return Cast(call, types[0]) if types[0] in (dtypes.float16, dtypes.bfloat16) else call
-
-
-def exp(x: Any) -> Expr: return math_primitive("exp", x)
-def log(x: Any) -> Expr: return math_primitive("log", x)
-def sqrt(x: Any) -> Expr: return math_primitive("sqrt", x)
-def rsqrt(x: Any) -> Expr: return math_primitive("rsqrt", x)
-def tanh(x: Any) -> Expr: return math_primitive("tanh", x)
-def erf(x: Any) -> Expr: return math_primitive("erf", x)
-def abs_(x: Any) -> Expr: return math_primitive("abs", x)
-def floor(x: Any) -> Expr: return math_primitive("floor", x)
-def ceil(x: Any) -> Expr: return math_primitive("ceil", x)
-def sin(x: Any) -> Expr: return math_primitive("sin", x)
-def cos(x: Any) -> Expr: return math_primitive("cos", x)
-def pow_(x: Any, y: Any) -> Expr: return math_primitive("pow", x, y)
-def fmin(x: Any, y: Any) -> Expr: return math_primitive("min", x, y)
-def fmax(x: Any, y: Any) -> Expr: return math_primitive("max", x, y)
-def fma(a: Any, b: Any, c: Any) -> Expr: return math_primitive("fma", a, b, c)
+# math: the core's generic builders (hidet_framework.ir.math_functions), re-exported
 

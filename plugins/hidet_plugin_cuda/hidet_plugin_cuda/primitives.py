@@ -21,38 +21,22 @@ are ordinary IR lvalues the code generator names. The generic builders (`exp`,
 """
 from __future__ import annotations
 
-import math
-from fractions import Fraction
-from typing import Any, Callable
-
-import numpy as np
-
 from hidet_framework.ir import dtypes
+from hidet_framework.ir.math_functions import register_math_spellings
 from hidet_framework.ir.primitives import PrimitiveFunction
 from hidet_framework.ir.primitives import register_primitive as _register_core
 
-__all__ = ["MATH_FUNCTIONS", "SHUFFLE_TYPES", "ATOMIC_ADD_TYPES", "DYNAMIC_SMEM_NAME", "CUDA_TEMPLATES"]
+__all__ = ["CUDA_MATH", "SHUFFLE_TYPES", "ATOMIC_ADD_TYPES", "DYNAMIC_SMEM_NAME", "CUDA_TEMPLATES"]
 
 KIND = "cuda"
 DYNAMIC_SMEM_NAME = "hidet_dyn_smem"  # declared by the code generator's preamble
 
-# name -> (CUDA spelling with `{s}` for the float32 suffix `f`, numpy implementation)
-MATH_FUNCTIONS: dict[str, tuple[str, Callable[..., Any]]] = {
-    "exp": ("exp{s}({0})", np.exp),
-    "log": ("log{s}({0})", np.log),
-    "sqrt": ("sqrt{s}({0})", np.sqrt),
-    "rsqrt": ("rsqrt{s}({0})", lambda x: 1.0 / np.sqrt(x)),
-    "tanh": ("tanh{s}({0})", np.tanh),
-    "erf": ("erf{s}({0})", lambda x: math.erf(float(x))),
-    "abs": ("fabs{s}({0})", np.abs),
-    "floor": ("floor{s}({0})", np.floor),
-    "ceil": ("ceil{s}({0})", np.ceil),
-    "sin": ("sin{s}({0})", np.sin),
-    "cos": ("cos{s}({0})", np.cos),
-    "pow": ("pow{s}({0}, {1})", np.power),
-    "min": ("fmin{s}({0}, {1})", np.fmin),
-    "max": ("fmax{s}({0}, {1})", np.fmax),
-    "fma": ("fma{s}({0}, {1}, {2})", lambda a, b, c: _fma_exact(a, b, c)),
+# name -> CUDA spelling of the core's math functions, `{s}` where the float32 suffix goes
+CUDA_MATH = {
+    "exp": "exp{s}({0})", "log": "log{s}({0})", "sqrt": "sqrt{s}({0})", "rsqrt": "rsqrt{s}({0})",
+    "tanh": "tanh{s}({0})", "erf": "erf{s}({0})", "abs": "fabs{s}({0})", "floor": "floor{s}({0})",
+    "ceil": "ceil{s}({0})", "sin": "sin{s}({0})", "cos": "cos{s}({0})", "pow": "pow{s}({0}, {1})",
+    "min": "fmin{s}({0}, {1})", "max": "fmax{s}({0}, {1})", "fma": "fma{s}({0}, {1}, {2})",
 }
 # approximate float32 intrinsics, opt-in only
 FAST_MATH_F32 = {"fast_exp_f32": "__expf({0})", "fast_log_f32": "__logf({0})"}
@@ -71,23 +55,6 @@ def register_primitive(prim: PrimitiveFunction) -> PrimitiveFunction:
     return _register_core(prim)
 
 
-_FLOATS = {"f32": (dtypes.float32, np.float32, "f"), "f64": (dtypes.float64, np.float64, "")}
-
-
-def _fma_exact(a: Any, b: Any, c: Any) -> float:
-    """a*b+c rounded once, like the hardware's fma (exact rationals, then one rounding)."""
-    if not all(math.isfinite(float(x)) for x in (a, b, c)):
-        return float(a) * float(b) + float(c)
-    return float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
-
-
-def _evaluator(impl: Callable[..., Any], np_type: Any) -> Callable[..., Any]:
-    def evaluate(*args: Any) -> Any:
-        with np.errstate(all="ignore"):
-            return np_type(impl(*(np_type(a) for a in args)))
-    return evaluate
-
-
 def _register_indices() -> None:
     limits = {"threadIdx": (0, 1024), "blockIdx": (0, 2**31 - 1), "blockDim": (1, 1025), "gridDim": (1, 2**31)}
     for base, bounds in limits.items():
@@ -99,10 +66,7 @@ def _register_indices() -> None:
 
 
 def _register_math() -> None:
-    for name, (template, impl) in MATH_FUNCTIONS.items():
-        for short, (dtype, np_type, suffix) in _FLOATS.items():
-            register_primitive(PrimitiveFunction(f"{name}_{short}", dtype, {KIND: template.replace("{s}", suffix)},
-                                                 evaluate=_evaluator(impl, np_type)))
+    CUDA_TEMPLATES.extend(register_math_spellings(KIND, CUDA_MATH))
     for name, text in FAST_MATH_F32.items():
         register_primitive(PrimitiveFunction(name, dtypes.float32, {KIND: text}))
 

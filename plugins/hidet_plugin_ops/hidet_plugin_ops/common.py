@@ -1,9 +1,9 @@
 """What every operator of this plugin shares: building the Operator from a Task,
 checking attributes, index arithmetic, and calling math primitives by name.
 
-Operators never import a backend: math functions are referenced by the primitive
-names the backends register (``exp_f32``, ``exp_f64``, ...; see
-``hidet_plugin_cpu/primitives.py``), through `math_call`.
+Operators never import a backend: math functions go through the core's math
+primitives (``hidet_framework.ir.math_functions``), which each backend spells for its
+target, through `math_call`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hidet_framework.compute import InverseMap, Task, TensorNode, tensor_input
 from hidet_framework.graph import Operator, ShapeError, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
-from hidet_framework.ir.expr import Call, Cast, Expr, TensorElement, cast, const, convert
+from hidet_framework.ir.expr import Expr, TensorElement, cast, const, convert
+from hidet_framework.ir.math_functions import math_primitive
 from hidet_framework.ir.type_infer import infer_type
 
 
@@ -113,21 +114,14 @@ def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
 # ------------------------------------------------------------------ math primitives
 
 def math_call(name: str, x: Expr, *more: Expr) -> Expr:
-    """``name(x, ...)`` through the backends' math primitives, by name.
-
-    The variant is ``<name>_f64`` when an argument is float64, else ``<name>_f32``;
-    float16/bfloat16/integer arguments are computed in float32 (half precision has no
-    libm, and a float32 result rounded once to half is what numpy gives as well).
-    The result has the float type of the first argument (float32 for integers).
-    """
+    """``name(x, ...)`` through the core's math primitives (``exp_f32``...), which the
+    backends spell for their targets. Integer arguments are computed in float32; the
+    result has the float type of the first argument (float32 for integers)."""
     args = [convert(a) for a in (x, *more)]
-    types = [infer_type(a) for a in args]
-    wide = dtypes.float64 if dtypes.float64 in types else dtypes.float32
-    call = Call(f"{name}_{'f64' if wide is dtypes.float64 else 'f32'}",
-                tuple(a if t is wide else Cast(a, wide) for a, t in zip(args, types)), wide)
-    first = types[0]
-    result = first if first.is_float() else dtypes.float32
-    return call if result is wide else cast(call, result)
+    args = [a if infer_type(a).is_float() else cast(a, dtypes.float32) for a in args]
+    call = math_primitive(name, *args)
+    first = infer_type(args[0])
+    return call if infer_type(call) is first else cast(call, first)
 
 
 def as_dtype(x: Expr, dtype: DataType) -> Expr:
