@@ -110,7 +110,7 @@ def tune_cpu(task, attributes, level: int, cache_dir: str):
         from hidet_plugin_matmul.cpu_harness import CompiledCandidate
 
         loaded = backend.compile(lower(scheduled.module, "cpu"), target)
-        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs, warmup=0)
+        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs, warmup=1)
 
     result = tune(task, attributes, "matmul", target, templates, level, prepare, measure,
                   cache=TuningCache(cache_dir))
@@ -154,7 +154,11 @@ def bench_cpu(shape_text: str, args, cache_dir: str) -> dict:
     c = np.full(_output_shape(attributes), np.nan, np.float32)
     run(a, b, c)
     error = rel_error(c, np.matmul(a.astype(np.float64), b.astype(np.float64)))
+    # OpenBLAS worker threads busy-wait for a while after a call (and OpenMP's after a
+    # region); on a 2-core machine they would steal the cores of the next timing.
+    time.sleep(0.5)
     ours = median_time(lambda: run(a, b, c), args.repeat)
+    time.sleep(0.5)
     peer = median_time(lambda: np.matmul(a, b), args.repeat)
     return {"shape": shape_text, "dtype": "float32", "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
             "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
