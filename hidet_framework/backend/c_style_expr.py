@@ -74,15 +74,31 @@ class CExprPrinter:
     names: dict
     func_names: dict
 
+    # float16/bfloat16 values are stored in their own type and computed in float. Per
+    # backend: the C text that widens a stored value ({0}: the value, already a primary
+    # expression) and the text that rounds a float for storage.
+    HALF_TO_FLOAT: dict = {}
+    FLOAT_TO_HALF: dict = {}
+
     def load_value(self, text: str, prec: int, t: Any) -> tuple[str, int]:
         """A value read from storage of type `t`, as used in arithmetic."""
+        if t in self.HALF_TO_FLOAT:
+            return self.HALF_TO_FLOAT[t].format(text if prec >= PRIMARY else f"({text})"), PRIMARY
         return text, prec
 
     def store_value(self, value: Expr, t: Any) -> str:
         """`value` converted for storage of type `t` (assignment, argument, return)."""
-        return self.expr(value, TERNARY)
+        if t not in self.FLOAT_TO_HALF:
+            return self.expr(value, TERNARY)
+        if is_raw_read(value) and infer_type(value) is t:  # a plain copy: no round trip
+            return self.storage(value)
+        if isinstance(value, Cast) and value.dtype is t:  # the store rounds anyway
+            value = value.expr
+        return self.FLOAT_TO_HALF[t].format(self.expr(value, TERNARY))
 
     def cast_value(self, e: Expr, t: Any) -> tuple[str, int]:
+        if t in self.FLOAT_TO_HALF:  # round to half, keep computing in float
+            return self.HALF_TO_FLOAT[t].format(self.FLOAT_TO_HALF[t].format(self.expr(e, TERNARY))), PRIMARY
         return f"({self.type_name(t)}){self.expr(e, UNARY)}", UNARY
 
     def min_max(self, op: str, t: DataType, a: str, b: str) -> str:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen, is_raw_read
+from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen
 from hidet_framework.backend.signature import FunctionSignature, ParamSpec
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
@@ -173,29 +173,10 @@ class CCodegen(CStyleCodegen):
         return super().pointer_type_name(t)
 
     # ------------------------------------------------- float16 / bfloat16 values
-    def load_value(self, text: str, prec: int, t: Any) -> tuple[str, int]:
-        if t is dtypes.float16:
-            return f"(float){text}", UNARY
-        if t is dtypes.bfloat16:
-            return f"hidet_bf16_to_f32({text})", PRIMARY
-        return text, prec
-
-    def store_value(self, value: Expr, t: Any) -> str:
-        if t not in _HALF_TYPES:
-            return super().store_value(value, t)
-        if is_raw_read(value) and infer_type(value) is t:  # a plain copy: no round trip
-            return self.storage(value)
-        if isinstance(value, Cast) and value.dtype is t:  # the store rounds anyway
-            value = value.expr
-        if t is dtypes.float16:
-            return f"(_Float16){self.expr(value, UNARY)}"
-        return f"hidet_f32_to_bf16({self.expr(value)})"
+    HALF_TO_FLOAT = {dtypes.float16: "((float){0})", dtypes.bfloat16: "hidet_bf16_to_f32({0})"}
+    FLOAT_TO_HALF = {dtypes.float16: "((_Float16)({0}))", dtypes.bfloat16: "hidet_f32_to_bf16({0})"}
 
     def cast_value(self, e: Expr, t: Any) -> tuple[str, int]:
-        if t is dtypes.float16:  # round to half, keep computing in float
-            return f"(float)(_Float16){self.expr(e, UNARY)}", UNARY
-        if t is dtypes.bfloat16:
-            return f"hidet_bf16_to_f32(hidet_f32_to_bf16({self.expr(e)}))", PRIMARY
         if isinstance(t, DataType) and t.lanes > 1:
             source = infer_type(e)
             if isinstance(source, DataType) and source.lanes == t.lanes:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from hidet_framework.backend.c_style import PRIMARY, CodegenError, CStyleCodegen, is_raw_read
+from hidet_framework.backend.c_style import CodegenError, CStyleCodegen
 from hidet_framework.backend.naming import c_identifier
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
@@ -178,28 +178,10 @@ class CudaCodegen(CStyleCodegen):
                                f"{', '.join(VECTOR_TYPE_NAMES)}") from None
 
     # ------------------------------------------------- float16 / bfloat16 values
-    def load_value(self, text: str, prec: int, t: Any) -> tuple[str, int]:
-        if t is dtypes.float16:
-            return f"__half2float({text})", PRIMARY
-        if t is dtypes.bfloat16:
-            return f"__bfloat162float({text})", PRIMARY
-        return text, prec
-
-    def store_value(self, value: Expr, t: Any) -> str:
-        if t not in _HALF_TYPES:
-            return super().store_value(value, t)
-        if is_raw_read(value) and infer_type(value) is t:  # a plain copy: no round trip
-            return self.storage(value)
-        if isinstance(value, Cast) and value.dtype is t:  # the store rounds anyway
-            value = value.expr
-        fn = "__float2half_rn" if t is dtypes.float16 else "__float2bfloat16_rn"
-        return f"{fn}({self.expr(value)})"
+    HALF_TO_FLOAT = {dtypes.float16: "__half2float({0})", dtypes.bfloat16: "__bfloat162float({0})"}
+    FLOAT_TO_HALF = {dtypes.float16: "__float2half_rn({0})", dtypes.bfloat16: "__float2bfloat16_rn({0})"}
 
     def cast_value(self, e: Expr, t: Any) -> tuple[str, int]:
-        if t is dtypes.float16:  # round to half, keep computing in float
-            return f"__half2float(__float2half_rn({self.expr(e)}))", PRIMARY
-        if t is dtypes.bfloat16:
-            return f"__bfloat162float(__float2bfloat16_rn({self.expr(e)}))", PRIMARY
         if isinstance(t, DataType) and t.lanes > 1:
             if infer_type(e) is t:
                 return self.visit_expr(e)
