@@ -221,6 +221,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for the JSON result")
     parser.add_argument("--shapes", default=None, help="comma-separated subset, e.g. 1024,2048,8x512x512x512")
     parser.add_argument("--all", action="store_true", help="every shape (4096^3 included)")
+    parser.add_argument("--dtypes", default="float32,float16,bfloat16",
+                        help="comma-separated dtypes on cuda (cpu runs float32)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--via-driver", action="store_true", help="compile through hidet_framework.driver")
     parser.add_argument("--keep-cache", action="store_true", help="use the user's tuning cache")
@@ -247,7 +249,7 @@ def main() -> None:
             _print_row(rows[-1])
     else:
         for shape in shapes:
-            for dtype in ("float32", "float16", "bfloat16"):
+            for dtype in args.dtypes.split(","):
                 rows.append(bench_cuda(shape, dtype, args))
                 _print_row(rows[-1])
     _print_table(rows, args)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full check on the lent GPU machine (no network): install the project offline,
-# record the GPU, run the GPU benchmarks, the `cuda` tests and compute-sanitizer.
+# record the GPU, run the `cuda` tests, the GPU benchmarks and compute-sanitizer.
 # Every step runs even when an earlier one failed; the exit status is non-zero when
 # any step failed. Usage: bash scripts/gpu_check.sh OUTDIR
 # OUTDIR gets at most 8 files (what the device tool brings back): every step's output
@@ -48,10 +48,16 @@ install_project() {
   return $rc
 }
 
+# What the matmul benchmark runs (a full space-2 table of every shape and dtype takes
+# longer than one device call may): override with GPU_CHECK_MATMUL_ARGS.
+MATMUL_ARGS="${GPU_CHECK_MATMUL_ARGS:---space 1 --shapes 4096,2039,1021x3001x997 --dtypes float32,float16}"
+
 run_benchmarks() {
   local b rc=0 found=0
   for b in bench/gpu_*.py; do
     [ -f "$b" ] || continue
+    # the quick matmul script tunes whole spaces itself; bench/matmul.py covers matmul here
+    [ "$b" = bench/gpu_matmul_quick.py ] && continue
     found=1
     echo "--- $b"
     "$PY" "$b" --out "$OUT" || { echo "$b failed"; rc=1; }
@@ -59,7 +65,8 @@ run_benchmarks() {
   if [ -f bench/matmul.py ]; then
     found=1
     echo "--- bench/matmul.py --target cuda"
-    "$PY" bench/matmul.py --target cuda --out "$OUT" || { echo "bench/matmul.py failed"; rc=1; }
+    # shellcheck disable=SC2086  (word splitting of the arguments is intended)
+    "$PY" bench/matmul.py --target cuda --out "$OUT" $MATMUL_ARGS || { echo "bench/matmul.py failed"; rc=1; }
   fi
   [ $found -eq 1 ] || echo "no GPU benchmarks in bench/"
   return $rc
@@ -76,8 +83,10 @@ sanitize() {
 step install install_project
 step nvidia_smi nvidia-smi
 step torch_import torch_import
+step probe_torch_import timeout 120 "$PY" scripts/probe_torch_import.py
+# the tests first: if the call runs out of time, the correctness record is what must survive
+step pytest_cuda timeout "${GPU_CHECK_PYTEST_TIMEOUT:-240}" "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
 step bench run_benchmarks
-step pytest_cuda timeout 170 "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
 step memcheck timeout 60 bash -c "$(declare -f sanitize); PY='$PY' sanitize"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
