@@ -239,11 +239,14 @@ def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: st
                  attributes: dict | None = None) -> CompiledTask:
     """Schedule, lower and build `task` for `target`; cached in-process by (task
     fingerprint, target, space, operator name, attributes). `op_name` and
-    `attributes` (the operator's) select and parameterise templates."""
+    `attributes` (the operator's; by default those recorded on the task) select and
+    parameterise templates."""
     from hidet_framework.graph.passes.base import attributes_key
 
     kind = resolve_target(target)
     op_name = op_name or task.name
+    if attributes is None:  # the attributes the operator recorded on its task
+        attributes = dict(task.attributes)
     key = (task.fingerprint(), kind, space, op_name, attributes_key(attributes or {}))
     with _lock:
         cached = _task_cache.get(key)
