@@ -170,3 +170,15 @@ def test_size_classes_cover_requests_with_bounded_waste():
         assert c >= n and c % 512 == 0
         assert c - n < max(512, n // 8 + 1)
         assert size_class(c) == c, "a class is its own class"
+
+
+def test_torch_is_imported_before_nvrtc_when_installed(tmp_path, monkeypatch):
+    """On the GPU machine an in-process NVRTC compile broke a later `import torch`;
+    torch imported first works, so the backend imports it first when it is installed."""
+    from hidet_plugin_cuda import nvrtc_build
+
+    (tmp_path / "torch.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    nvrtc_build.import_torch_first.__wrapped__()
+    assert sys.modules["torch"].IMPORTED

@@ -66,6 +66,10 @@ class CudaBackend(Backend):
                 return Availability(False, "the CUDA driver loaded but found no CUDA device")
             if self.device_id >= count:
                 return Availability(False, f"no CUDA device {self.device_id} (this machine has {count})")
+            # before any compile, also in the tuner's forked build workers (see there)
+            from .nvrtc_build import import_torch_first
+
+            import_torch_first()
             return Availability(True)
         except CudaUnavailableError as exc:
             return Availability(False, str(exc))

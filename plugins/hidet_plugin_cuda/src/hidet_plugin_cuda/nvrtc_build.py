@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -80,52 +81,23 @@ def cuda_include_dirs() -> tuple[str, ...]:
 
 
 # -- compilers ---------------------------------------------------------------------------
-def _nvrtc_library_candidates() -> list[str]:
-    """libnvrtc.so.13 files, in the order cuda-pathfinder searches: pip wheels first,
-    then the toolkit."""
-    found: list[str] = []
-    for entry in sys.path:
-        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
-            found += sorted(glob.glob(os.path.join(entry, sub, "libnvrtc.so.13*")))
-    for root in [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]:
-        if root:
-            found += sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so.13*")))
-    return [f for f in found if not f.endswith(".alt")]
-
-
 @functools.lru_cache(maxsize=None)
-def _load_nvrtc_privately() -> None:
-    """Load NVRTC with RTLD_LOCAL before cuda-bindings does.
+def import_torch_first() -> None:
+    """Import torch, when it is installed, before NVRTC is loaded into this process.
 
-    cuda-bindings (through cuda-pathfinder) loads libnvrtc with RTLD_GLOBAL; its
-    exported symbols then take precedence for every library loaded later. On the GPU
-    machine that broke `import torch` after an in-process compile (torch failed to parse
-    its own operator schemas). Pathfinder reuses a library that is already loaded, so
-    loading it here first keeps NVRTC's symbols private to it.
+    Seen on the GPU machine (torch 2.11 cu130, cuda-bindings 13.3, NVRTC 13.0.88): after
+    an in-process NVRTC compile, a later ``import torch`` fails while parsing its own
+    operator schemas ("expected ident but found ')'"), while torch imported first works
+    with every later compile (every benchmark does that). The cause is not known yet;
+    loading NVRTC with RTLD_LOCAL did not help. Since torch tensors are a main way in
+    and out of compiled code (DLPack), the CUDA backend makes sure of the working order.
     """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL("libnvrtc.so.13", mode=os.RTLD_NOLOAD)  # someone loaded it already
-        return
-    except OSError:
-        pass
-    for path in _nvrtc_library_candidates():
-        try:
-            # NVRTC opens its builtins library by name at compile time: an already
-            # loaded one (matched by soname) is what it finds first
-            for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.13*"))):
-                ctypes.CDLL(builtins, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            return
-        except OSError:
-            continue
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: F401  (imported for its side effect on the process)
 
 
 def _nvrtc():
-    _load_nvrtc_privately()
+    import_torch_first()
     try:
         from cuda.bindings import nvrtc
     except ImportError as exc:
