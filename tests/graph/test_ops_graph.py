@@ -102,7 +102,10 @@ def _check_cpu() -> None:
         pytest.xfail(f"the CPU compile chain fails on a trivial task: {type(exc).__name__}: {str(exc)[:300]}")
 
 
-@pytest.mark.parametrize("target", ["cpu", driver.EVALUATOR_TARGET])
+TARGETS = ["cpu", driver.EVALUATOR_TARGET, pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_twenty_op_graph_matches_numpy(target, capsys):
     _need("conv2d", "relu", "add", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "gelu", "reshape",
           "mul", "sub", "tanh")
@@ -129,7 +132,7 @@ def test_twenty_op_graph_matches_numpy(target, capsys):
               f"{fn.pass_stats}; {fn.num_launches} launches; memory: {report}")
 
 
-@pytest.mark.parametrize("target", ["cpu", driver.EVALUATOR_TARGET])
+@pytest.mark.parametrize("target", TARGETS)
 def test_matmul_head_and_conv2d_rewrite(target):
     """conv2d (rewritten to im2col + matmul by the ops plugin's rule) and a dense head."""
     _need("matmul", "conv2d", "reshape", "add", "gelu")

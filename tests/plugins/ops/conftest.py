@@ -45,6 +45,15 @@ def ops_host(isolated_plugin_host):
         yield isolated_plugin_host
 
 
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def op_target(request):
+    """Every operator test runs on the CPU, and again on the GPU where one is usable
+    (``pytest -m cuda`` on the GPU machine runs the cuda pass)."""
+    _RUNNER.DEFAULT_TARGET = request.param
+    yield request.param
+    _RUNNER.DEFAULT_TARGET = "cpu"
+
+
 @pytest.fixture
 def rng(request):
     """Fresh random numbers each run (the seed is printed when a test fails)."""

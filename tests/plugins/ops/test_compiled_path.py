@@ -9,15 +9,14 @@ import pytest
 import hidet_framework.ops as ops
 from hidet_framework.graph import symbol
 
-TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
-
-
-@pytest.fixture(params=TARGETS)
-def target(request, runner):
-    problem = runner.compiled_path_problem(request.param)
+@pytest.fixture
+def target(op_target, runner):
+    """The target of this pass over the folder (conftest.py's `op_target`: cpu, and
+    cuda where a GPU is usable)."""
+    problem = runner.compiled_path_problem(op_target)
     if problem:
         pytest.skip(problem)
-    return request.param
+    return op_target
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
