@@ -83,8 +83,10 @@ def simt_space(target: Any, level: int) -> list[dict]:
                     if p != default and _legal(p, target):
                         out.append(p)
     if level == 1:
-        # the most work per thread first: 8x8 and 8x4 tiles with BK 8
-        rest = [p for p in out[1:] if p["thread_m"] * p["thread_n"] >= 32 and p["block_k"] == 8]
+        # the most work per thread first: 8x8 tiles with BK 8 and 16 (v2's best on the
+        # H200 is BK 16), then 8x4 tiles with BK 8
+        rest = [p for p in out[1:] if p["thread_m"] * p["thread_n"] == 64
+                or (p["thread_m"] * p["thread_n"] >= 32 and p["block_k"] == 8)]
         rest.sort(key=lambda p: (-p["thread_m"] * p["thread_n"], -simt_config(p)["threads"]))
         out = ([out[0]] + rest)[:30]
     return out

@@ -70,7 +70,9 @@ def tc_space(target: Any, level: int) -> list[dict]:
                 add(_params(tile, 32, stages))
         for tile in BLOCK_TILES[:4]:
             add(_params(tile, 64, 3))
-        for tile in SPLIT_TILES[1:]:
+        for tile in BLOCK_TILES[:3]:  # v2's best at 4096^3 is 256x128x64 with 4 stages
+            add(_params(tile, 64, 4))
+        for tile in SPLIT_TILES[1:3]:
             for split in (2, 4):
                 add(_params(tile, 32, 3, split))
         for tile, bk, stages in PAD_STAGE[:1]:
