@@ -74,11 +74,16 @@ _exported: dict[int, tuple] = {}  # address of DLManagedTensor -> everything it 
 _exported_lock = threading.RLock()  # reentrant: a release may free another export
 
 
+def _forget(address: int) -> Any:
+    """Remove the export at `address` and return its entry, so that the caller drops
+    the owner outside the lock (its release may run more deleters)."""
+    with _exported_lock:
+        return _exported.pop(address, None)
+
+
 @_DELETER
 def _deleter(managed):
-    with _exported_lock:
-        entry = _exported.pop(ctypes.addressof(managed.contents), None)
-    del entry  # drop the owner outside the lock: its release may run more deleters
+    _forget(ctypes.addressof(managed.contents))
 
 
 # The destructor receives the dying capsule as a raw address: never wrap it in a
@@ -94,10 +99,7 @@ def _capsule_destructor_impl(capsule_address: int) -> None:
     # Runs when the capsule object dies. Only an unconsumed capsule (still named
     # "dltensor") owns the tensor; a consumer renamed it and calls the deleter itself.
     if _raw_is_valid(capsule_address, _NAME):
-        pointer = _raw_get_pointer(capsule_address, _NAME)
-        with _exported_lock:
-            entry = _exported.pop(pointer, None)
-        del entry
+        _forget(_raw_get_pointer(capsule_address, _NAME))
 
 
 _capsule_destructor = _CAPSULE_DESTRUCTOR(_capsule_destructor_impl)
