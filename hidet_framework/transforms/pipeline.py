@@ -21,7 +21,7 @@ A plugin adds a pass through its ``register_passes`` hook:
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import attrs
 
@@ -72,26 +72,19 @@ def plugin_passes(point: str, target_kind: str) -> list[Pass]:
     return passes
 
 
-def _lower_task_mapping() -> list[Pass]:
-    try:
-        from hidet_framework.transforms.lower_task_mapping import LowerTaskMapping
-    except ImportError:  # not written yet / removed: modules without for-mappings still lower
-        return []
-    return [LowerTaskMapping()]
-
-
 def lowering_pipeline(target_kind: str) -> list[Pass]:
     """The standard lowering passes for `target_kind`, plugin passes included."""
     from hidet_framework.transforms.flatten_tensor_index import FlattenTensorIndex
     from hidet_framework.transforms.flatten_tensor_slice import FlattenTensorSlice
     from hidet_framework.transforms.insert_bounds_check import InsertBoundsCheck
+    from hidet_framework.transforms.lower_task_mapping import LowerTaskMapping
     from hidet_framework.transforms.simplify_expr import SimplifyExpr
     from hidet_framework.transforms.unroll_loops import UnrollLoops
 
     return [
         *plugin_passes("before_lowering", target_kind),
         FlattenTensorSlice(),
-        *_lower_task_mapping(),
+        LowerTaskMapping(),
         FlattenTensorIndex(),
         *plugin_passes("after_lowering", target_kind),
         SimplifyExpr(),

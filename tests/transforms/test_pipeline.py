@@ -11,20 +11,12 @@ from hidet_framework.transforms.pipeline import (
     INSERTION_POINTS, PassRegistration, lower, lowering_pipeline, plugin_passes,
 )
 
-STANDARD = ["flatten_tensor_slice", "flatten_tensor_index", "simplify_expr", "unroll_loops",
-            "insert_bounds_check", "simplify_expr"]
+STANDARD = ["flatten_tensor_slice", "lower_task_mapping", "flatten_tensor_index", "simplify_expr",
+            "unroll_loops", "insert_bounds_check", "simplify_expr"]
 
 
 def names(passes):
     return [p.name for p in passes]
-
-
-def standard_names():
-    try:
-        import hidet_framework.transforms.lower_task_mapping  # noqa: F401
-    except ImportError:
-        return STANDARD
-    return STANDARD[:1] + ["lower_task_mapping"] + STANDARD[1:]
 
 
 class Marker(FunctionPass):
@@ -46,7 +38,7 @@ def passes_plugin(*registrations):
 
 
 def test_standard_order_without_plugins(isolated_plugin_host):
-    assert names(lowering_pipeline("cpu")) == standard_names()
+    assert names(lowering_pipeline("cpu")) == STANDARD
 
 
 def test_plugin_passes_go_to_their_points(isolated_plugin_host):
@@ -59,7 +51,7 @@ def test_plugin_passes_go_to_their_points(isolated_plugin_host):
     with isolated_plugin_host.temporary_plugin(plugin):
         cpu = names(lowering_pipeline("cpu"))
         cuda = names(lowering_pipeline("cuda"))
-    expected = standard_names()
+    expected = STANDARD
     at = expected.index("flatten_tensor_index") + 1
     assert cpu == ["early"] + expected[:at] + ["mid"] + expected[at:] + ["late"]
     assert cuda == ["early"] + expected[:at] + ["mid", "cuda_only"] + expected[at:] + ["late"]
