@@ -25,6 +25,7 @@ __all__ = [
     "accepted_dtypes",
     "check_args",
     "check_arg",
+    "param_fields",
 ]
 
 # numpy has no bfloat16: bfloat16 tensors travel as uint16 bit patterns (same size and
@@ -118,6 +119,24 @@ class FunctionSignature:
     def __str__(self) -> str:
         inner = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
         return f"{self.name}({inner})"
+
+
+def param_fields(param: Any, where: str) -> tuple[str, str, "tuple[int | None, ...] | None"]:
+    """``(kind, dtype, shape)`` of an IR function parameter as Python passes it: a
+    tensor (symbolic extents become None: any), a pointer to scalars (a tensor of any
+    shape) or a scalar. Anything else raises CodegenError naming `where` (the function)."""
+    from hidet_framework.backend.c_style_expr import CodegenError
+    from hidet_framework.ir.dtypes import DataType
+    from hidet_framework.ir.types import PointerType, TensorType
+
+    t = param.type
+    if isinstance(t, TensorType):
+        return "tensor", t.dtype.name, tuple(d if isinstance(d, int) else None for d in t.shape)
+    if isinstance(t, PointerType) and isinstance(t.base, DataType) and t.base.lanes == 1:
+        return "tensor", t.base.name, None
+    if isinstance(t, DataType) and t.lanes == 1:
+        return "scalar", t.name, None
+    raise CodegenError(f"{where}: parameter {param.hint!r} of type {t} cannot be passed from Python")
 
 
 def _shape_text(shape: Sequence[Any]) -> str:

@@ -49,13 +49,13 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen
-from hidet_framework.backend.signature import FunctionSignature, ParamSpec
+from hidet_framework.backend.signature import FunctionSignature, ParamSpec, param_fields
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Cast, Constant, Expr, Var
 from hidet_framework.ir.func import Function, IRModule
 from hidet_framework.ir.type_infer import infer_type
-from hidet_framework.ir.types import PointerType, Scope, TensorType
+from hidet_framework.ir.types import PointerType, Scope
 
 from . import primitives as _primitives  # noqa: F401  (registers the cpu math primitives)
 
@@ -202,21 +202,10 @@ def generate(module: IRModule, target: Any = None) -> str:
     return CCodegen(target).generate(module)
 
 
-def _param_spec(fn: Function, p: Var) -> ParamSpec:
-    t = p.type
-    if isinstance(t, TensorType):
-        shape = tuple(d if isinstance(d, int) else None for d in t.shape)  # symbolic extents: any
-        return ParamSpec(p.hint, "tensor", t.dtype.name, shape)
-    if isinstance(t, PointerType) and isinstance(t.base, DataType) and t.base.lanes == 1:
-        return ParamSpec(p.hint, "tensor", t.base.name, None)
-    if isinstance(t, DataType) and t.lanes == 1:
-        return ParamSpec(p.hint, "scalar", t.name)
-    raise CodegenError(f"function {fn.name!r}: parameter {p.hint!r} of type {t} cannot be passed from Python")
-
-
 def signatures(module: IRModule) -> dict[str, FunctionSignature]:
     """Signatures of the module's exported (public and cpu_kernel) functions, by name."""
-    return {fn.name: FunctionSignature(fn.name, [_param_spec(fn, p) for p in fn.params])
+    return {fn.name: FunctionSignature(fn.name, [ParamSpec(p.hint, *param_fields(p, f"function {fn.name!r}"))
+                                              for p in fn.params])
             for fn in module.functions.values() if fn.kind in ENTRY_KINDS}
 
 

@@ -39,12 +39,13 @@ from typing import Any, Callable, Sequence
 
 from hidet_framework.backend.c_style import CodegenError, CStyleCodegen
 from hidet_framework.backend.naming import c_identifier
+from hidet_framework.backend.signature import param_fields
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import BinaryOp, Cast, Constant, Expr, IfThenElse, Var
 from hidet_framework.ir.func import Function, IRModule
 from hidet_framework.ir.type_infer import infer_type
-from hidet_framework.ir.types import PointerType, Scope, TensorType
+from hidet_framework.ir.types import Scope, TensorType
 
 from . import primitives as _primitives
 from .kernel import KernelSpec, ParamSpec
@@ -219,17 +220,6 @@ def _dims(fn: Function, key: str) -> tuple:
     return tuple(int(d.value) if isinstance(d, Constant) else d for d in items)
 
 
-def _param_spec(fn: Function, p: Var) -> ParamSpec:
-    t = p.type
-    if isinstance(t, TensorType):
-        return ParamSpec(p.hint, "tensor", t.dtype.name, tuple(d if isinstance(d, int) else None for d in t.shape))
-    if isinstance(t, PointerType) and isinstance(t.base, DataType) and t.base.lanes == 1:
-        return ParamSpec(p.hint, "tensor", t.base.name, None)
-    if isinstance(t, DataType) and t.lanes == 1:
-        return ParamSpec(p.hint, "scalar", t.name)
-    raise CodegenError(f"cuda: kernel {fn.name!r}: parameter {p.hint!r} of type {t} cannot be passed from Python")
-
-
 def _c_div(a: int, b: int) -> int:
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
@@ -284,7 +274,7 @@ def launch_function(exprs: Sequence[Any], params: Sequence[Var]) -> Callable[[Se
 
 
 def _kernel_spec(fn: Function) -> KernelSpec:
-    params = [_param_spec(fn, p) for p in fn.params]
+    params = [ParamSpec(p.hint, *param_fields(p, f"cuda: kernel {fn.name!r}")) for p in fn.params]
     grid = _dims(fn, "grid_dim")
     block = _dims(fn, "block_dim")
     block_threads(fn)
