@@ -18,7 +18,7 @@ import attrs
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType, data_type
-from hidet_framework.ir.expr import Expr, Var, convert, var
+from hidet_framework.ir.expr import Expr, Var, cast, convert, var
 from hidet_framework.ir.functors import IRRewriter, IRVisitor
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import TensorType
@@ -114,8 +114,6 @@ def compute(name: str, shape: Sequence[Any], fcompute: Callable[..., Any], dtype
         raise TypeError(f"compute {name!r}: the value must be a scalar, got {value_dtype}")
     out_dtype = data_type(dtype) if dtype is not None else value_dtype
     if dtype is not None and out_dtype is not value_dtype:
-        from hidet_framework.ir.expr import cast
-
         value = cast(value, out_dtype)
     return TensorNode(name, TensorType(out_dtype, shape), GridCompute(axes, value))
 

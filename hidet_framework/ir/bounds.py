@@ -38,11 +38,6 @@ class Interval:
     def point(value: int) -> "Interval":
         return Interval(value, value)
 
-    @staticmethod
-    def from_extent(extent: int) -> "Interval":
-        """``[0, extent)``: the values of a loop variable of ``range(extent)``."""
-        return Interval(0, extent - 1)
-
     def is_point(self) -> bool:
         return self.lo == self.hi and self.lo not in (-INF, INF)
 

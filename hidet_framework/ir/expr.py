@@ -13,7 +13,7 @@ from typing import Any, Union
 import attrs
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.dtypes import DataType, data_type, promote
+from hidet_framework.ir.dtypes import DataType, data_type
 from hidet_framework.ir.types import PointerType, TensorType, Type
 
 # Binary operators: name -> (C spelling, result is boolean). The printer, the C

@@ -61,7 +61,3 @@ def register_primitive(prim: PrimitiveFunction) -> PrimitiveFunction:
 
 def lookup_primitive(name: str) -> Optional[PrimitiveFunction]:
     return _PRIMITIVES.get(name)
-
-
-def is_primitive(name: str) -> bool:
-    return name in _PRIMITIVES

@@ -22,10 +22,6 @@ class Stmt(Node):
     __repr__ = __str__
 
 
-def _stmt_tuple(items: Any) -> tuple:
-    return tuple(items)
-
-
 @attrs.frozen(slots=True, eq=False, repr=False)
 class DeclareStmt(Stmt):
     """Declare `var` (scalar, pointer or tensor) in `scope`, optionally initialised.
@@ -121,7 +117,7 @@ class IfStmt(Stmt):
 class SeqStmt(Stmt):
     """Statements in order."""
 
-    stmts: tuple = attrs.field(converter=_stmt_tuple)
+    stmts: tuple = attrs.field(converter=tuple)
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)

@@ -79,8 +79,3 @@ def pointer_type(base: Any) -> PointerType:
     if base is None or isinstance(base, (DataType, PointerType)):
         return PointerType(base)
     return PointerType(data_type(base))
-
-
-def is_tensor_like(t: Any) -> bool:
-    """Tensors and pointers can both be indexed."""
-    return isinstance(t, (TensorType, PointerType))

@@ -47,29 +47,19 @@ class DTypeAnnotation:
         return self.dtype.short
 
 
-def _annotation(dtype: DataType) -> DTypeAnnotation:
-    return DTypeAnnotation(dtype)
-
-
-boolean = _annotation(dtypes.boolean)
-i8 = int8 = _annotation(dtypes.int8)
-i16 = int16 = _annotation(dtypes.int16)
-i32 = int32 = _annotation(dtypes.int32)
-i64 = int64 = _annotation(dtypes.int64)
-u8 = uint8 = _annotation(dtypes.uint8)
-u16 = uint16 = _annotation(dtypes.uint16)
-u32 = uint32 = _annotation(dtypes.uint32)
-u64 = uint64 = _annotation(dtypes.uint64)
-f16 = float16 = _annotation(dtypes.float16)
-bf16 = bfloat16 = _annotation(dtypes.bfloat16)
-f32 = float32 = _annotation(dtypes.float32)
-f64 = float64 = _annotation(dtypes.float64)
-
-DTYPE_NAMES = (
-    "boolean", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-)
+boolean = DTypeAnnotation(dtypes.boolean)
+i8 = int8 = DTypeAnnotation(dtypes.int8)
+i16 = int16 = DTypeAnnotation(dtypes.int16)
+i32 = int32 = DTypeAnnotation(dtypes.int32)
+i64 = int64 = DTypeAnnotation(dtypes.int64)
+u8 = uint8 = DTypeAnnotation(dtypes.uint8)
+u16 = uint16 = DTypeAnnotation(dtypes.uint16)
+u32 = uint32 = DTypeAnnotation(dtypes.uint32)
+u64 = uint64 = DTypeAnnotation(dtypes.uint64)
+f16 = float16 = DTypeAnnotation(dtypes.float16)
+bf16 = bfloat16 = DTypeAnnotation(dtypes.bfloat16)
+f32 = float32 = DTypeAnnotation(dtypes.float32)
+f64 = float64 = DTypeAnnotation(dtypes.float64)
 
 # Python's own scalar types read as the C defaults, so `n: int` works too.
 _PYTHON_TYPES = {int: dtypes.int32, float: dtypes.float32, bool: dtypes.boolean}

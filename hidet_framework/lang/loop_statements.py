@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Var, const, convert
 from hidet_framework.ir.stmt import BreakStmt, ContinueStmt, ForMappingStmt, ForStmt, Stmt, WhileStmt
@@ -74,7 +75,7 @@ class LoopStatements:
     def _emit_mapping_loop(self, node: ast.For, on: Any) -> None:
         mapping = on.mapping
         names = self._target_names(node.target, len(mapping.task_shape), node)
-        loop_vars = [Var(n, _int32()) for n in names]
+        loop_vars = [Var(n, dtypes.int32) for n in names]
         self.loops.append("ir")
         body = self.trace_block(node.body, tuple((n, v, "loop", node) for n, v in zip(names, loop_vars)))
         self.loops.pop()
@@ -125,16 +126,10 @@ class LoopStatements:
         self._loop_jump(node, ContinueStmt(), "continue")
 
 
-def _int32() -> DataType:
-    from hidet_framework.ir import dtypes
-
-    return dtypes.int32
-
-
 def _index_type(extent: Any) -> DataType:
     """Loop indices are int32 unless the extent is a wider integer expression."""
     if is_ir(extent):
         t = infer_type(extent)
         if isinstance(t, DataType) and t.is_integer() and t.bits > 32:
             return t
-    return _int32()
+    return dtypes.int32

@@ -18,6 +18,7 @@ from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Var
 from hidet_framework.ir.func import Function, IRModule, module
 from hidet_framework.ir.printer import format_ir
+from hidet_framework.ir.types import TensorType
 from hidet_framework.lang.annotations import resolve_type
 from hidet_framework.lang.errors import ScriptError, SourceInfo
 from hidet_framework.lang.stmt_tracer import StmtTracer
@@ -139,7 +140,7 @@ def _trace_params(tracer: StmtTracer, fdef: ast.FunctionDef) -> list[Var]:
             types[p.arg] = _param_type(tracer, p)
     params_by_name = {n: Var(n, t) for n, t in types.items()}
     for n, v in params_by_name.items():
-        tracer.bind(n, v, "var" if isinstance(v.type, (DataType,)) or _is_pointer(v.type) else "tensor", fdef)
+        tracer.bind(n, v, _binding_kind(v.type), fdef)
     for p in args:
         if p.arg in types:
             continue
@@ -149,7 +150,7 @@ def _trace_params(tracer: StmtTracer, fdef: ast.FunctionDef) -> list[Var]:
                                       f"a scalar integer parameter whose own annotation names no parameter")
         t = _param_type(tracer, p)
         params_by_name[p.arg] = Var(p.arg, t)
-        tracer.bind(p.arg, params_by_name[p.arg], "var" if isinstance(t, DataType) or _is_pointer(t) else "tensor", p)
+        tracer.bind(p.arg, params_by_name[p.arg], _binding_kind(t), p)
     return [params_by_name[p.arg] for p in args]
 
 
@@ -170,10 +171,9 @@ def _annotation_ast(tracer: StmtTracer, node: ast.expr) -> ast.expr:
     return parsed
 
 
-def _is_pointer(t: Any) -> bool:
-    from hidet_framework.ir.types import PointerType
-
-    return isinstance(t, PointerType)
+def _binding_kind(t: Any) -> str:
+    """Scalar and pointer parameters are variables; tensor parameters are tensors."""
+    return "tensor" if isinstance(t, TensorType) else "var"
 
 
 def _param_type(tracer: StmtTracer, p: ast.arg) -> Any:

@@ -9,7 +9,7 @@ Templates replace this where speed matters.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from hidet_framework.compute.definitions import ComputeRewriter, ReduceCompute, TensorNode, tensors_read
 from hidet_framework.compute.task import Task

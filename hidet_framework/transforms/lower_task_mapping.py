@@ -53,7 +53,3 @@ class LowerTaskMapping(FunctionPass):
 # The name the pass's tests and early callers used; the class follows the other passes'
 # naming (FlattenTensorIndex, SimplifyExpr...).
 LowerTaskMappingPass = LowerTaskMapping
-
-
-def lower_task_mapping_pass(workers_in_range: bool = False, unroll: Any = True) -> LowerTaskMapping:
-    return LowerTaskMapping(workers_in_range, unroll)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.ir.bounds import Interval
-from hidet_framework.ir.expr import Constant, Expr
+from hidet_framework.ir.expr import Constant
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.simplify import Simplifier
 from hidet_framework.ir.stmt import AssertStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt

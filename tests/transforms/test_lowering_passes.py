@@ -5,7 +5,7 @@ import pytest
 
 from hidet_framework.ir import (
     Address, AssertStmt, BufferStoreStmt, Call, DeclareStmt, EvaluateStmt, ForStmt, Function,
-    IfStmt, LetStmt, Scope, SeqStmt, assert_structural_equal, const, if_then_else, logical_and,
+    IfStmt, LetStmt, SeqStmt, assert_structural_equal, const, if_then_else, logical_and,
     logical_not, logical_or, module, seq, tensor_type, var,
 )
 from hidet_framework.ir.layout import column_major

@@ -4,11 +4,10 @@ from __future__ import annotations
 import io
 import threading
 
-import attrs
 import pytest
 
 from hidet_framework.ir import (
-    BufferStoreStmt, ForStmt, Function, IRModule, assert_structural_equal, const, module,
+    BufferStoreStmt, ForStmt, Function, IRModule, const, module,
     tensor_type, var,
 )
 from hidet_framework.transforms.instruments import PrintAfter, TimingInstrument, VerifyAfter

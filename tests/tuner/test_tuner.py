@@ -21,8 +21,8 @@ class FakeTemplate(Template):
     operator = "scale"
     target = "cpu"
 
-    def __init__(self, name, tiles, cost, fail=(), priority=0):
-        self.name, self.tiles, self.cost, self.fail, self.priority = name, tiles, cost, fail, priority
+    def __init__(self, name, tiles, fail=(), priority=0):
+        self.name, self.tiles, self.fail, self.priority = name, tiles, fail, priority
 
     def space(self, target, level):
         # derived from the target only, never from the task's shape
@@ -48,16 +48,16 @@ def cache(tmp_path):
 
 
 def test_level0_takes_the_default_of_the_highest_priority_template(cache):
-    a = FakeTemplate("a", [4, 8], None, priority=1)
-    b = FakeTemplate("b", [16], None)
+    a = FakeTemplate("a", [4, 8], priority=1)
+    b = FakeTemplate("b", [16])
     r = tune(_task(), {}, "scale", TARGET, [b, a], 0, prepare=lambda s: s, measure=_measure, cache=cache, workers=1)
     assert (r.template.name, r.params, r.candidates) == ("a", {"tile": 4}, 1)
 
 
 def test_fastest_candidate_wins_across_templates_and_failures_are_isolated(cache):
     FAKE_COSTS.update(a=lambda t: 1.0 / t, b=lambda t: 0.05 if t == 32 else 1.0)
-    a = FakeTemplate("a", [1, 2, 4, 8], None, fail=(2,))
-    b = FakeTemplate("b", [16, 32], None)
+    a = FakeTemplate("a", [1, 2, 4, 8], fail=(2,))
+    b = FakeTemplate("b", [16, 32])
     r = tune(_task(), {}, "scale", TARGET, [a, b], 1, prepare=lambda s: s, measure=_measure, cache=cache, workers=2)
     assert (r.template.name, r.params) == ("b", {"tile": 32})
     assert r.candidates == 6 and len(r.failures) == 1 and "does not compile" in r.failures[0][1]
@@ -73,13 +73,13 @@ def test_fastest_candidate_wins_across_templates_and_failures_are_isolated(cache
 
 
 def test_every_candidate_failing_is_a_clear_error(cache):
-    a = FakeTemplate("a", [1, 2], None, fail=(1, 2))
+    a = FakeTemplate("a", [1, 2], fail=(1, 2))
     with pytest.raises(TuningError, match="every candidate failed to build"):
         tune(_task(), {}, "scale", TARGET, [a], 1, prepare=lambda s: s, measure=_measure, cache=cache, workers=1)
 
 
 def test_space_levels_are_bounded():
-    a = FakeTemplate("a", list(range(1, 500)), None)
+    a = FakeTemplate("a", list(range(1, 500)))
     assert len(a.bounded_space(TARGET, 1)) == 30 and len(a.bounded_space(TARGET, 2)) == 200
     with pytest.raises(ValueError, match="space level"):
         a.bounded_space(TARGET, 3)
