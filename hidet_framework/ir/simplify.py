@@ -13,11 +13,13 @@ something may wrap), and a rule never drops a subexpression that may have an eff
 
 The rules are tables: ``BINARY_RULES[op]`` lists the rewrites tried, in order, on a
 node whose children are already simplified; the first that applies wins and its
-result is simplified again.
+result is simplified again. The rules for division and modulo by a constant live in
+``simplify_div_mod``; what rule modules share (the `Rule` signature, integer-type
+questions) in ``simplify_rules_common``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import attrs
 import numpy as np
@@ -30,6 +32,8 @@ from hidet_framework.ir.expr import (
 )
 from hidet_framework.ir.functors import IRRewriter, collect
 from hidet_framework.ir.primitives import lookup_primitive
+from hidet_framework.ir.simplify_div_mod import div_mod_by_bounds, nested_div_mod, split_multiples
+from hidet_framework.ir.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import infer_type
 
 # ------------------------------------------------------------------------- helpers
@@ -58,29 +62,8 @@ def is_pure(e: Expr) -> bool:
                for c in collect(e, Call))
 
 
-def _int_type(e: Expr) -> Optional[DataType]:
-    t = infer_type(e)
-    return t if isinstance(t, DataType) and t.lanes == 1 and t.is_integer() else None
-
-
-def _is_const(e: Expr, value: Any = None) -> bool:
-    return isinstance(e, Constant) and (value is None or e.value == value)
-
-
-def _fits(value: int, t: DataType) -> bool:
-    full = type_range(t)
-    return full.lo <= value <= full.hi
-
-
-def _same_int_type(*exprs: Expr) -> Optional[DataType]:
-    """The common integer type when all `exprs` have the same one, else None."""
-    types = {_int_type(e) for e in exprs}
-    return types.pop() if len(types) == 1 and None not in types else None
-
-
 # ----------------------------------------------------------------- the rule tables
 
-Rule = Callable[["Simplifier", Any], Optional[Expr]]
 # `and`/`or` are left out: swapping them would change what short-circuiting evaluates.
 COMMUTATIVE = ("add", "mul", "min", "max", "eq", "ne", "bit_and", "bit_or", "bit_xor")
 
@@ -105,14 +88,14 @@ def fold_constants(s: "Simplifier", e: Expr) -> Optional[Expr]:
 
 def constant_to_right(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """c op x -> x op c for commutative ops (a canonical form the other rules expect)."""
-    if e.op in COMMUTATIVE and _is_const(e.a) and not _is_const(e.b):
+    if e.op in COMMUTATIVE and is_const(e.a) and not is_const(e.b):
         return BinaryOp(e.op, e.b, e.a)
     return None
 
 
 def _identity(op: str, unit: int) -> Rule:
     def rule(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-        if _is_const(e.b, unit) and _int_type(e.b) and _int_type(e):
+        if is_const(e.b, unit) and int_type(e.b) and int_type(e):
             return s.keep_type(e.a, e)
         return None
     rule.__doc__ = f"x {op} {unit} -> x"
@@ -121,8 +104,8 @@ def _identity(op: str, unit: int) -> Rule:
 
 def _absorb(value: int, result: int) -> Rule:
     def rule(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-        t = _int_type(e)
-        if t and _is_const(e.b, value) and _int_type(e.b) and s.may_drop(e.a):
+        t = int_type(e)
+        if t and is_const(e.b, value) and int_type(e.b) and s.may_drop(e.a):
             return const(result, t)
         return None
     rule.__doc__ = f"x op {value} -> {result} for integers"
@@ -131,7 +114,7 @@ def _absorb(value: int, result: int) -> Rule:
 
 def cancel_self(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """x - x -> 0, x == x -> true, min(x, x) -> x, ... for integers."""
-    if not (_same_int_type(e.a, e.b) and same_expr(e.a, e.b) and s.may_drop(e.a)):
+    if not (same_int_type(e.a, e.b) and same_expr(e.a, e.b) and s.may_drop(e.a)):
         return None
     results = {"sub": 0, "eq": True, "le": True, "lt": False, "ne": False, "bit_xor": 0}
     if e.op in results:
@@ -144,20 +127,20 @@ def cancel_self(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
 def reassociate(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """(x + c1) + c2 -> x + (c1+c2), (x - c1) + c2, (x ± c1) - c2, (x * c1) * c2,
     and constants pulled outward: (x + c) + y -> (x + y) + c, x + (y + c) -> (x + y) + c."""
-    t = _same_int_type(e, e.a, e.b)
+    t = same_int_type(e, e.a, e.b)
     if t is None:
         return None
     a, b, op = e.a, e.b, e.op
-    if isinstance(a, BinaryOp) and _is_const(a.b) and _same_int_type(a, a.a, a.b):
-        if _is_const(b) and (op, a.op) in _COMBINE:
+    if isinstance(a, BinaryOp) and is_const(a.b) and same_int_type(a, a.a, a.b):
+        if is_const(b) and (op, a.op) in _COMBINE:
             outer, combine = _COMBINE[(op, a.op)]
             return BinaryOp(outer, a.a, BinaryOp(combine, a.b, b))
-        if not _is_const(b) and op == "add" and a.op in ("add", "sub"):
+        if not is_const(b) and op == "add" and a.op in ("add", "sub"):
             return BinaryOp(a.op, BinaryOp("add", a.a, b), a.b)
-        if not _is_const(b) and op == "mul" and a.op == "mul":
+        if not is_const(b) and op == "mul" and a.op == "mul":
             return BinaryOp("mul", BinaryOp("mul", a.a, b), a.b)
-    if (op == "add" and isinstance(b, BinaryOp) and b.op in ("add", "sub") and _is_const(b.b)
-            and _same_int_type(b, b.a, b.b)):
+    if (op == "add" and isinstance(b, BinaryOp) and b.op in ("add", "sub") and is_const(b.b)
+            and same_int_type(b, b.a, b.b)):
         return BinaryOp(b.op, BinaryOp("add", a, b.a), b.b)
     return None
 
@@ -173,8 +156,8 @@ _COMBINE = {
 def distribute_constant(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """(x ± c1) * c2 -> x * c2 ± c1 * c2: index arithmetic keeps constants outermost."""
     a = e.a
-    if (_is_const(e.b) and isinstance(a, BinaryOp) and a.op in ("add", "sub") and _is_const(a.b)
-            and _same_int_type(e, a, a.a, a.b, e.b)):
+    if (is_const(e.b) and isinstance(a, BinaryOp) and a.op in ("add", "sub") and is_const(a.b)
+            and same_int_type(e, a, a.a, a.b, e.b)):
         return BinaryOp(a.op, BinaryOp("mul", a.a, e.b), BinaryOp("mul", a.b, e.b))
     return None
 
@@ -182,97 +165,15 @@ def distribute_constant(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
 def negative_constant_flip(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """x + (-c) -> x - c and x - (-c) -> x + c: constants stay positive where they can
     (reads better, and `reassociate` treats both alike)."""
-    t = _same_int_type(e, e.a, e.b)
-    if t and _is_const(e.b) and e.b.value < 0 and _fits(-e.b.value, t):
+    t = same_int_type(e, e.a, e.b)
+    if t and is_const(e.b) and e.b.value < 0 and fits(-e.b.value, t):
         return BinaryOp("sub" if e.op == "add" else "add", e.a, const(-e.b.value, t))
     return None
 
 
-def div_mod_by_bounds(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-    """x / c -> 0 and x % c -> x when |x| < c (truncation keeps the sign of x)."""
-    if not (_same_int_type(e.a, e.b) and _is_const(e.b) and e.b.value > 0):
-        return None
-    c = e.b.value
-    if s.bound(e.a).within(-(c - 1), c - 1):
-        return const(0, infer_type(e)) if e.op == "div" and s.may_drop(e.a) else e.a if e.op == "mod" else None
-    return None
-
-
-def nested_div_mod(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-    """(x / a) / b -> x / (a*b) and (x % a) % b -> x % b when b divides a (a, b > 0)."""
-    a = e.a
-    t = _same_int_type(e, e.b)
-    if not (t and _is_const(e.b) and e.b.value > 0 and isinstance(a, BinaryOp) and a.op == e.op
-            and _is_const(a.b) and a.b.value > 0 and _same_int_type(a, a.a, a.b)):
-        return None
-    if e.op == "div" and _fits(a.b.value * e.b.value, t):
-        return BinaryOp("div", a.a, const(a.b.value * e.b.value, t))
-    if e.op == "mod" and a.b.value % e.b.value == 0:
-        return BinaryOp("mod", a.a, e.b)
-    return None
-
-
-def split_multiples(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-    """(i*c + j) / c -> i and (i*c + j) % c -> j when 0 <= j < c and the sum is not
-    negative; more generally (c*q + r) / c -> q + r / c and % c -> r % c when both
-    parts are non-negative. Nothing may wrap: all parts must have finite bounds."""
-    t = _same_int_type(e, e.a, e.b)
-    if not (t and _is_const(e.b) and e.b.value > 0):
-        return None
-    c = e.b.value
-    quotients, rest = [], []
-    for term in _add_terms(e.a, t):
-        q = _exact_quotient(term, c, t)
-        (rest.append(term) if q is None else quotients.append(q))
-    if not quotients:
-        return None
-    whole = s.bound(e.a)
-    multiple = _sum([BinaryOp("mul", q, const(c, t)) for q in quotients], t)
-    q_sum = _sum(quotients, t)
-    if not (whole.is_bounded() and s.bound(multiple).is_bounded()):
-        return None
-    if not rest:  # exact: c*q / c == q and c*q % c == 0 whatever the sign
-        return q_sum if e.op == "div" else const(0, t) if s.may_drop(e.a) else None
-    r = _sum(rest, t)
-    rb = s.bound(r)
-    if not rb.is_bounded() or not s.may_drop(e.a):
-        return None
-    if rb.within(0, c - 1) and (whole.lo >= 0 or s.bound(multiple).lo >= 0):
-        return q_sum if e.op == "div" else r
-    if rb.lo >= 0 and s.bound(multiple).lo >= 0:
-        return BinaryOp("add", q_sum, BinaryOp("div", r, e.b)) if e.op == "div" else BinaryOp("mod", r, e.b)
-    return None
-
-
-def _add_terms(e: Expr, t: DataType) -> list[Expr]:
-    """The terms of a sum (x - c counts as the term -c), all of type `t`."""
-    if isinstance(e, BinaryOp) and infer_type(e) is t and _same_int_type(e.a, e.b):
-        if e.op == "add":
-            return _add_terms(e.a, t) + _add_terms(e.b, t)
-        if e.op == "sub" and _is_const(e.b) and _fits(-e.b.value, t):
-            return _add_terms(e.a, t) + [const(-e.b.value, t)]
-    return [e]
-
-
-def _exact_quotient(term: Expr, c: int, t: DataType) -> Optional[Expr]:
-    if _is_const(term) and term.value % c == 0:
-        return const(term.value // c, t)
-    if isinstance(term, BinaryOp) and term.op == "mul" and _is_const(term.b) and term.b.value % c == 0:
-        k = term.b.value // c
-        return term.a if k == 1 else BinaryOp("mul", term.a, const(k, t))
-    return None
-
-
-def _sum(terms: list[Expr], t: DataType) -> Expr:
-    out = terms[0]
-    for term in terms[1:]:
-        out = BinaryOp("add", out, term)
-    return out
-
-
 def min_max_by_bounds(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """min(a, b) -> a when a <= b always (and the mirror cases for max)."""
-    if not _same_int_type(e.a, e.b):
+    if not same_int_type(e.a, e.b):
         return None
     a, b = s.bound(e.a), s.bound(e.b)
     first = a.hi <= b.lo if e.op == "min" else a.lo >= b.hi
@@ -288,7 +189,7 @@ def logic_with_constant(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """true && x -> x, false && x -> false, x || true -> true, ... (x boolean)."""
     absorbing = e.op == "or"  # the value that decides: true for ||, false for &&
     for c, x, x_evaluated_first in ((e.a, e.b, False), (e.b, e.a, True)):
-        if _is_const(c) and c.dtype.is_bool():
+        if is_const(c) and c.dtype.is_bool():
             if bool(c.value) == absorbing and (not x_evaluated_first or s.may_drop(x)):
                 return const(absorbing)
             if bool(c.value) != absorbing and infer_type(x) is c.dtype:
@@ -326,7 +227,7 @@ def double_negation(s: "Simplifier", e: UnaryOp) -> Optional[Expr]:
     a = e.a
     if isinstance(a, UnaryOp) and a.op == e.op and infer_type(a.a) is infer_type(e):
         return a.a
-    if e.op == "not" and isinstance(a, BinaryOp) and a.op in _NEGATED_COMPARISON and _same_int_type(a.a, a.b):
+    if e.op == "not" and isinstance(a, BinaryOp) and a.op in _NEGATED_COMPARISON and same_int_type(a.a, a.b):
         op, swap = _NEGATED_COMPARISON[a.op]
         return BinaryOp(op, a.b, a.a) if swap else BinaryOp(op, a.a, a.b)
     return None
@@ -431,7 +332,7 @@ def _cast_to_same_type(s: Simplifier, e: Cast) -> Optional[Expr]:
 
 def _select_branch(s: Simplifier, e: IfThenElse) -> Optional[Expr]:
     """c ? a : b -> a or b for a constant c; c ? a : a -> a."""
-    if _is_const(e.cond):
+    if is_const(e.cond):
         return s.keep_type(e.then_expr if e.cond.value else e.else_expr, e)
     if same_expr(e.then_expr, e.else_expr) and s.may_drop(e.cond):
         return s.keep_type(e.then_expr, e)
