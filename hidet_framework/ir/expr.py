@@ -31,9 +31,17 @@ UNARY_OPS: dict[str, str] = {"neg": "-", "not": "!", "bit_not": "~"}
 
 
 class Node:
-    """Base of every IR node (expressions, statements, functions, modules)."""
+    """Base of every IR node (expressions, statements, functions, modules); prints
+    through the IR printer."""
 
     __slots__ = ()
+
+    def __str__(self) -> str:
+        from hidet_framework.ir.printer import format_ir
+
+        return format_ir(self)
+
+    __repr__ = __str__
 
 
 class Expr(Node):
@@ -74,13 +82,6 @@ class Expr(Node):
 
     def __getitem__(self, indices):
         return tensor_element_or_slice(self, indices)
-
-    def __str__(self) -> str:
-        from hidet_framework.ir.printer import format_ir
-
-        return format_ir(self)
-
-    __repr__ = __str__
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)

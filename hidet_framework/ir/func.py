@@ -50,13 +50,6 @@ class Function(Node):
     def with_body(self, body: Stmt) -> "Function":
         return attrs.evolve(self, body=body)
 
-    def __str__(self) -> str:
-        from hidet_framework.ir.printer import format_ir
-
-        return format_ir(self)
-
-    __repr__ = __str__
-
 
 @attrs.frozen(slots=True, eq=False, repr=False)
 class IRModule(Node):
@@ -80,13 +73,6 @@ class IRModule(Node):
     def entry_functions(self) -> list[Function]:
         """Functions callable from Python: public, cpu_kernel and cuda_kernel ones."""
         return [f for f in self.functions.values() if f.kind in ("public", "cpu_kernel", "cuda_kernel")]
-
-    def __str__(self) -> str:
-        from hidet_framework.ir.printer import format_ir
-
-        return format_ir(self)
-
-    __repr__ = __str__
 
 
 def module(name: str, functions: list[Function] | tuple[Function, ...]) -> IRModule:

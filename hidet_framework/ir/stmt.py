@@ -14,13 +14,6 @@ class Stmt(Node):
 
     __slots__ = ()
 
-    def __str__(self) -> str:
-        from hidet_framework.ir.printer import format_ir
-
-        return format_ir(self)
-
-    __repr__ = __str__
-
 
 @attrs.frozen(slots=True, eq=False, repr=False)
 class DeclareStmt(Stmt):
