@@ -17,10 +17,11 @@ import shutil
 import subprocess
 
 from hidet_framework.backend.build_cache import BuildCache
+from hidet_framework.backend.c_style import function_at, source_excerpt
 
 from .target import detect_cpu_target
 
-__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library", "source_context"]
+__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library"]
 
 COMPILER = os.environ.get("HIDET_FRAMEWORK_CC", "gcc")
 # -std=c11 (ISO mode) turns floating-point contraction off, so `acc + a * b` would stay a
@@ -31,7 +32,6 @@ LDFLAGS: tuple[str, ...] = ("-lm",)
 SOURCE_NAME = "source.c"
 CONTEXT_LINES = 3
 _MAX_ERRORS_SHOWN = 5
-_FUNCTION_MARKER = re.compile(r"/\*\s*hidet function:\s*(.*?)\s*\*/")
 _DIAGNOSTIC = re.compile(r"^(?:.*/)?" + re.escape(SOURCE_NAME) + r":(\d+):(?:\d+:)?\s*(fatal error|error)\b", re.M)
 
 
@@ -57,27 +57,10 @@ class CompileError(RuntimeError):
         parts = [f"C compilation failed: {' '.join(self.command)}", "", self.compiler_output.rstrip()]
         for line, func in self.errors[:_MAX_ERRORS_SHOWN]:
             where = f" in hidet function {func!r}" if func else ""
-            parts += ["", f"generated source line {line}{where}:", source_context(lines, line)]
+            parts += ["", f"generated source line {line}{where}:", source_excerpt(lines, line, CONTEXT_LINES)]
         if len(self.errors) > _MAX_ERRORS_SHOWN:
             parts.append(f"\n... and {len(self.errors) - _MAX_ERRORS_SHOWN} more error line(s)")
         return "\n".join(parts)
-
-
-def function_at(lines: list[str], line: int) -> str | None:
-    """The name in the nearest ``/* hidet function: NAME */`` marker at or above `line`."""
-    for index in range(min(line, len(lines)) - 1, -1, -1):
-        match = _FUNCTION_MARKER.search(lines[index])
-        if match:
-            return match.group(1)
-    return None
-
-
-def source_context(lines: list[str], line: int, context: int = CONTEXT_LINES) -> str:
-    """Lines ``line ± context`` (1-based) with numbers; the offending one marked ``>``."""
-    lo, hi = max(1, line - context), min(len(lines), line + context)
-    width = len(str(hi))
-    return "\n".join(
-        f"{'>' if n == line else ' '} {n:>{width}} | {lines[n - 1]}" for n in range(lo, hi + 1))
 
 
 @functools.lru_cache(maxsize=None)

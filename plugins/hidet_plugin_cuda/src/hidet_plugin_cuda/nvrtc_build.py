@@ -25,13 +25,14 @@ from typing import Sequence
 
 import attrs
 
+from hidet_framework.backend.c_style import function_at, source_excerpt
+
 from .errors import CudaCompileError, CudaUnavailableError
 
 COMPILER_ENV = "HIDET_FRAMEWORK_CUDA_COMPILER"
 DEFAULT_ARCH = "sm_90"
 # Instructions that exist only on the arch-specific sm_90a target.
 _ARCH_SPECIFIC_MARKERS = ("wgmma.", "setmaxnreg.")
-_FUNCTION_MARKER = re.compile(r"/\*\s*hidet function:\s*([^*\s]+)\s*\*/")
 # "name.cu(12): error: ..." (NVRTC and nvcc, the latter with a directory in front)
 _ERROR_LINE = re.compile(r"^(?P<file>[^\n(]*)\((?P<line>\d+)\): (?P<kind>error|catastrophic error|warning)",
                          re.MULTILINE)
@@ -222,7 +223,6 @@ def compile_error(compiler: str, source: str, log: str, arch: str, context: int 
     """A `CudaCompileError` showing the log plus, for each failing line, the source
     around it (±`context` lines) and the ``hidet function`` it belongs to."""
     lines = source.splitlines()
-    markers = [(i, m.group(1)) for i, text in enumerate(lines, 1) for m in _FUNCTION_MARKER.finditer(text)]
     parts, functions, seen = [], [], set()
     for match in _ERROR_LINE.finditer(log):
         if "error" not in match.group("kind"):
@@ -231,13 +231,11 @@ def compile_error(compiler: str, source: str, log: str, arch: str, context: int 
         if lineno in seen or len(seen) >= max_errors:
             continue
         seen.add(lineno)
-        owner = next((fn for i, fn in reversed(markers) if i <= lineno), None)
+        owner = function_at(lines, lineno)
         if owner and owner not in functions:
             functions.append(owner)
         header = f"line {lineno}" + (f", in hidet function {owner}" if owner else "")
-        excerpt = [f"{'>' if i == lineno else ' '} {i:5d} | {lines[i - 1]}"
-                   for i in range(max(1, lineno - context), min(len(lines), lineno + context) + 1)]
-        parts.append(header + ":\n" + "\n".join(excerpt))
+        parts.append(header + ":\n" + source_excerpt(lines, lineno, context))
     message = f"{compiler} failed to compile for {arch}"
     if functions:
         message += f" (in {', '.join(functions)})"
