@@ -163,7 +163,8 @@ def deref(pointer: Expr) -> Dereference:
 
 
 # ----------------------------------------------------- function attributes
-CUDA_ATTR_NAMES = ("grid_dim", "block_dim", "dynamic_smem_bytes", "min_blocks")
+# What ``attrs.<name>`` sets; ``attrs.cuda.<key>`` sets the IR function attributes
+# ``ir.func.FUNC_ATTR_KEYS``.
 FUNC_ATTR_NAMES = ("func_kind", "func_name")
 
 

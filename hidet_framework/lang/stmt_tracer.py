@@ -12,14 +12,14 @@ from typing import Any, Optional
 
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Expr, TensorSlice, Var, cast, convert
-from hidet_framework.ir.func import FUNC_KINDS
+from hidet_framework.ir.func import FUNC_ATTR_KEYS, FUNC_KINDS
 from hidet_framework.ir.stmt import (
     AssertStmt, AssignStmt, BufferStoreStmt, DeclareStmt, EvaluateStmt, IfStmt, ReturnStmt, Stmt, seq,
 )
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope, TensorType
 from hidet_framework.lang.annotations import resolve_type
-from hidet_framework.lang.constructs import CUDA_ATTR_NAMES, CudaAttrs, ScriptAttrs, TensorDecl
+from hidet_framework.lang.constructs import FUNC_ATTR_NAMES, CudaAttrs, ScriptAttrs, TensorDecl
 from hidet_framework.lang.errors import ScriptError
 from hidet_framework.lang.loop_statements import LoopStatements
 from hidet_framework.lang.expr_tracer import _BINOPS, Binding, ExprTracer, is_ir, is_number
@@ -246,11 +246,11 @@ class StmtTracer(LoopStatements, ExprTracer):
                 if not isinstance(value, str) or not value.isidentifier():
                     raise self.error(node, f"attrs.func_name must be an identifier string, got {value!r}")
             else:
-                raise self.error(node, f"unknown function attribute attrs.{key}; known: func_kind, func_name, "
-                                       + ", ".join("cuda." + k for k in CUDA_ATTR_NAMES))
+                known = list(FUNC_ATTR_NAMES) + ["cuda." + k for k in FUNC_ATTR_KEYS]
+                raise self.error(node, f"unknown function attribute attrs.{key}; known: {', '.join(known)}")
         elif isinstance(owner, CudaAttrs):
-            if key not in CUDA_ATTR_NAMES:
-                raise self.error(node, f"unknown attribute attrs.cuda.{key}; known: {', '.join(CUDA_ATTR_NAMES)}")
+            if key not in FUNC_ATTR_KEYS:
+                raise self.error(node, f"unknown attribute attrs.cuda.{key}; known: {', '.join(FUNC_ATTR_KEYS)}")
             value = self._launch_value(key, value, node)
         else:
             raise self.error(node, f"cannot set attribute {key!r} of {owner!r}; only attrs.* and attrs.cuda.*")
