@@ -13,6 +13,7 @@ and `measure` (ScheduledTask → run times in seconds, run here).
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -64,14 +65,15 @@ def _prepare_one(index: int) -> tuple[int, Optional[str]]:
         return index, f"{type(exc).__name__}: {exc}"
 
 
-def _progress(total: int, description: str):
+def _progress():
+    """A progress display on standard error (hidden when it is not a terminal or
+    HIDET_FRAMEWORK_QUIET=1)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.console import Console
 
     quiet = os.environ.get("HIDET_FRAMEWORK_QUIET") == "1" or not sys.stderr.isatty()
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=Console(file=sys.stderr), disable=quiet, transient=True)
-    return progress, description, total
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(file=sys.stderr), disable=quiet, transient=True)
 
 
 def candidates_of(templates: Sequence[Template], target: Target, level: int) -> list[Candidate]:
@@ -106,7 +108,8 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
         return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
 
     failures = _build_all(task, attributes, target, candidates, prepare, workers)
-    ok = [i for i in range(len(candidates)) if i not in dict(failures)]
+    failed = {i for i, _ in failures}
+    ok = [i for i in range(len(candidates)) if i not in failed]
     if not ok:
         raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
     times = _measure_all(task, attributes, target, candidates, ok, measure)
@@ -123,22 +126,15 @@ def _build_all(task, attributes, target, candidates, prepare, workers) -> list[t
     _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare)
     workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
     failures: list[tuple[int, str]] = []
-    progress, description, total = _progress(len(candidates), f"building {len(candidates)} candidates")
     try:
-        with progress:
-            bar = progress.add_task(description, total=total)
-            if workers == 1:
-                results = (_prepare_one(i) for i in range(len(candidates)))
-                for index, error in results:
-                    if error:
-                        failures.append((index, error))
-                    progress.advance(bar)
-            else:
-                with multiprocessing.get_context("fork").Pool(workers) as pool:
-                    for index, error in pool.imap_unordered(_prepare_one, range(len(candidates))):
-                        if error:
-                            failures.append((index, error))
-                        progress.advance(bar)
+        pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
+        with _progress() as progress, pool:
+            bar = progress.add_task(f"building {len(candidates)} candidates", total=len(candidates))
+            run = pool.imap_unordered if workers > 1 else map
+            for index, error in run(_prepare_one, range(len(candidates))):
+                if error:
+                    failures.append((index, error))
+                progress.advance(bar)
     finally:
         _JOB.clear()
     return sorted(failures)
@@ -147,14 +143,14 @@ def _build_all(task, attributes, target, candidates, prepare, workers) -> list[t
 def _measure_all(task, attributes, target, candidates, indices, measure) -> dict[int, float]:
     """Two rounds: 3 runs each; then 10 runs for those within 1.25x of the leader."""
     first: dict[int, float] = {}
-    progress, description, total = _progress(len(indices), f"timing {len(indices)} candidates")
-    with progress:
-        bar = progress.add_task(description, total=total)
+    built: dict[int, Any] = {}  # each candidate's ScheduledTask, built once for both rounds
+    with _progress() as progress:
+        bar = progress.add_task(f"timing {len(indices)} candidates", total=len(indices))
         for i in indices:
             c = candidates[i]
             try:
-                scheduled = c.template.build(task, attributes, c.params, target)
-                first[i] = statistics.median(measure(scheduled, 3))
+                built[i] = c.template.build(task, attributes, c.params, target)
+                first[i] = statistics.median(measure(built[i], 3))
             except Exception:  # a candidate that fails at run time loses
                 pass
             progress.advance(bar)
@@ -164,8 +160,4 @@ def _measure_all(task, attributes, target, candidates, indices, measure) -> dict
     close = sorted((i for i in first if first[i] <= 1.25 * leader), key=first.get)[:8]
     if len(close) == 1:
         return {close[0]: first[close[0]]}
-    final: dict[int, float] = {}
-    for i in close:
-        c = candidates[i]
-        final[i] = statistics.median(measure(c.template.build(task, attributes, c.params, target), 10))
-    return final
+    return {i: statistics.median(measure(built[i], 10)) for i in close}

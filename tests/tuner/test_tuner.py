@@ -83,3 +83,23 @@ def test_space_levels_are_bounded():
     assert len(a.bounded_space(TARGET, 1)) == 30 and len(a.bounded_space(TARGET, 2)) == 200
     with pytest.raises(ValueError, match="space level"):
         a.bounded_space(TARGET, 3)
+
+
+def test_only_candidates_near_the_leader_are_timed_again_and_each_is_built_once(cache):
+    FAKE_COSTS.update(c=lambda t: {1: 1.0, 2: 1.1, 4: 5.0}[t])
+    builds, timings = [], []
+
+    class Counting(FakeTemplate):
+        def build(self, task, attributes, params, target):
+            builds.append(params["tile"])
+            return super().build(task, attributes, params, target)
+
+    def measure(scheduled, repeat):
+        timings.append((scheduled[1], repeat))
+        return _measure(scheduled, repeat)
+
+    r = tune(_task(), {}, "scale", TARGET, [Counting("c", [1, 2, 4])], 1, prepare=lambda s: s,
+             measure=measure, cache=cache, workers=1)
+    assert r.params == {"tile": 1}
+    assert sorted(t for t, n in timings if n == 10) == [1, 2]  # 4 is 5x slower: not timed again
+    assert sorted(builds) == [1, 1, 2, 2, 4, 4]  # once to prepare, once to time
