@@ -9,6 +9,7 @@ Templates replace this where speed matters.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from hidet_framework.compute.definitions import ComputeRewriter, ReduceCompute, TensorNode, tensors_read
@@ -51,9 +52,7 @@ def _unravel(flat: Expr, shape: tuple[int, ...]) -> list[Expr]:
     """Row-major indices of a flat position (outermost first)."""
     out: list[Expr] = []
     for d in range(len(shape)):
-        inner = 1
-        for s in shape[d + 1:]:
-            inner *= s
+        inner = math.prod(shape[d + 1:])
         e = flat // inner if inner != 1 else flat
         out.append(e % shape[d] if d > 0 else e)
     return out
@@ -93,9 +92,7 @@ class _HoistReductions(ComputeRewriter):
             body = ForStmt(axis, extent, body)
         self.stmts += [DeclareStmt(acc, _init_value(e.kind, e.acc_dtype)), body]
         if e.kind == "mean":
-            count = 1
-            for x in e.extents:
-                count *= int(x)
+            count = math.prod(int(x) for x in e.extents)
             return acc / const(count, e.acc_dtype)
         return acc
 
@@ -126,9 +123,7 @@ def _cpu_kernel(name: str, params: list[Var], out: TensorNode, value: Expr, shap
     element = _store_element(out, list(axes), value)
     if not shape:
         return Function(name, params, element, kind="cpu_kernel")
-    total = 1
-    for s in shape:
-        total *= s
+    total = math.prod(shape)
     itype = _index_dtype(total)
     j = var("j", itype)
     if len(shape) == 1:
@@ -141,9 +136,7 @@ def _cpu_kernel(name: str, params: list[Var], out: TensorNode, value: Expr, shap
 
 
 def _cuda_kernel(name: str, params: list[Var], out: TensorNode, value: Expr, shape: tuple[int, ...]) -> Function:
-    total = 1
-    for s in shape:
-        total *= s
+    total = math.prod(shape)
     itype = _index_dtype(total)
     w = var("w", itype)
     flat = cast(block_idx_x(), itype) * CUDA_BLOCK + cast(thread_idx_x(), itype)

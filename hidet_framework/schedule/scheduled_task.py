@@ -6,6 +6,7 @@ function in order with the task's input, output and workspace buffers.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -42,10 +43,7 @@ class WorkspaceSpec:
 
     @property
     def nbytes(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= int(s)
-        return n * self.dtype.nbytes
+        return math.prod(int(s) for s in self.shape) * self.dtype.nbytes
 
 
 @attrs.frozen
