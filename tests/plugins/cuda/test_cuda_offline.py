@@ -15,7 +15,7 @@ import hidet_plugin_cuda
 from hidet_plugin_cuda import CudaBackend, CudaLaunchError, KernelSpec, ParamSpec
 from hidet_plugin_cuda import dlpack
 from hidet_plugin_cuda.dtypes import dtype, scalar_argument
-from hidet_plugin_cuda.kernel import as_dim3, pack_arguments
+from hidet_plugin_cuda.kernel import KernelLauncher, as_dim3, pack_arguments
 from hidet_plugin_cuda.memory import DeviceArray, size_class
 from hidet_plugin_cuda.target import default_cuda_target
 
@@ -154,6 +154,17 @@ def test_launch_dims_are_normalised():
     assert _spec().block == (128, 1, 1)
     with pytest.raises(ValueError):
         as_dim3((0, 1))
+
+
+def test_launch_config_fixed_or_from_arguments_and_smem_limit_checked_at_launch():
+    fixed = KernelLauncher(KernelSpec("k", [], grid=(4, 2), block=64, dynamic_smem=1024), function=None)
+    assert fixed.launch_config(()) == ((4, 2, 1), (64, 1, 1), 1024)
+    dynamic = KernelLauncher(_spec(), function=None)
+    assert dynamic.launch_config([None, 1000, 1.0]) == ((8, 1, 1), (128, 1, 1), 0)
+    assert dynamic.launch_config([None, 100, 1.0]) == ((1, 1, 1), (128, 1, 1), 0)
+    too_big = KernelLauncher(KernelSpec("k", [], grid=1, dynamic_smem=4096), function=None, smem_limit=2048)
+    with pytest.raises(CudaLaunchError, match="4096 bytes of dynamic shared memory"):  # at the launch, not at load
+        too_big.launch_config(())
 
 
 def test_unknown_dtype_is_refused():

@@ -10,6 +10,7 @@ so pointers are shared with them).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -21,6 +22,7 @@ _initialized = False
 _contexts: dict[int, Any] = {}
 
 
+@functools.lru_cache(maxsize=None)  # every driver call asks (twice): look it up once; failures are not kept
 def cuda_driver():
     """The ``cuda.bindings.driver`` module, or `CudaUnavailableError` saying why not."""
     try:

@@ -11,6 +11,7 @@ cupy); numpy arrays are refused, since a kernel cannot read host memory.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import attrs
@@ -105,8 +106,6 @@ def _tensor_pointer(spec: ParamSpec, value: Any, kernel: str) -> tuple[int, Devi
 def pack_arguments(spec: KernelSpec, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     """ctypes values in parameter order, plus the objects that must stay alive
     during the launch (views imported through DLPack)."""
-    import ctypes
-
     if len(args) != len(spec.params):
         names = ", ".join(p.name for p in spec.params)
         raise CudaLaunchError(f"kernel {spec.name!r} takes {len(spec.params)} arguments ({names}), "
@@ -135,8 +134,18 @@ class KernelLauncher:
         self.spec = spec
         self.function = function  # driver.CudaFunction
         self.smem_limit = smem_limit
+        # A fixed grid and shared memory size give one configuration for every launch,
+        # worked out here once; one that is wrong still fails at the launch, as others do.
+        self._fixed_config = None
+        if not callable(spec.grid) and not callable(spec.dynamic_smem):
+            try:
+                self._fixed_config = self.launch_config(())
+            except (CudaLaunchError, TypeError, ValueError):
+                pass
 
     def launch_config(self, args: Sequence[Any]) -> tuple[Dim3, Dim3, int]:
+        if self._fixed_config is not None:
+            return self._fixed_config
         grid = self.spec.grid(args) if callable(self.spec.grid) else self.spec.grid
         smem = self.spec.dynamic_smem(args) if callable(self.spec.dynamic_smem) else self.spec.dynamic_smem
         smem = int(smem)
