@@ -19,7 +19,7 @@ import attrs
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType, data_type
 from hidet_framework.ir.expr import Expr, Var, cast, convert, var
-from hidet_framework.ir.functors import IRRewriter, IRVisitor
+from hidet_framework.ir.functors import IRRewriter, IRVisitor, VarSubstituter
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import TensorType
 
@@ -156,12 +156,8 @@ class ComputeRewriter(IRRewriter):
         return self._rebuild(e, value=self.visit(e.value))
 
 
-class _Substitute(ComputeRewriter):
-    def __init__(self, mapping: dict) -> None:
-        self.mapping = mapping
-
-    def visit_Var(self, e: Var) -> Expr:
-        return self.mapping.get(e, e)
+class _Substitute(ComputeRewriter, VarSubstituter):
+    pass
 
 
 def substitute_compute(e: Expr, mapping: dict) -> Expr:

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from hidet_framework.compute.definitions import (
-    ComputeRewriter, TensorNode, contains_reduce, substitute_compute, tensors_read,
+    ComputeRewriter, ComputeVisitor, TensorNode, contains_reduce, substitute_compute, tensors_read,
 )
 from hidet_framework.ir.equality import structural_hash
 from hidet_framework.ir.expr import Expr, TensorElement, Var, var
@@ -146,15 +146,15 @@ class _Inliner(ComputeRewriter):
         return e
 
 
-class _ElementReads(ComputeRewriter):
+class _ElementReads(ComputeVisitor):
     def __init__(self, tensor: Var) -> None:
         self.tensor = tensor
         self.found: list[TensorElement] = []
 
-    def visit_TensorElement(self, e: TensorElement) -> Expr:
+    def visit_TensorElement(self, e: TensorElement) -> None:
         if e.base is self.tensor:
             self.found.append(e)
-        return super().visit_TensorElement(e)
+        super().visit_TensorElement(e)
 
 
 def _element_reads(value: Expr, tensor: Var) -> list[TensorElement]:

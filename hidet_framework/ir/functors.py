@@ -275,7 +275,9 @@ class IRRewriter(_Dispatch):
         return self._rebuild(s, value=self.visit(s.value))
 
 
-class _Substitute(IRRewriter):
+class VarSubstituter(IRRewriter):
+    """Replaces the variables that are keys of `mapping` by their values."""
+
     def __init__(self, mapping: dict) -> None:
         self.mapping = mapping
 
@@ -285,7 +287,7 @@ class _Substitute(IRRewriter):
 
 def substitute(node: Any, mapping: dict) -> Any:
     """Replace variables (keys of `mapping`) by expressions everywhere in `node`."""
-    return _Substitute(mapping).visit(node) if mapping else node
+    return VarSubstituter(mapping).visit(node) if mapping else node
 
 
 class _Collect(IRVisitor):
