@@ -20,7 +20,7 @@ import numpy as np
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import Cast, Expr, convert
 from hidet_framework.ir.primitives import PrimitiveFunction, lookup_primitive, register_primitive
-from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
 
 def _fma_exact(a: Any, b: Any, c: Any) -> float:
@@ -81,7 +81,7 @@ def math_primitive(name: str, *args: Any) -> Expr:
         raise TypeError(f"{name} takes scalar float arguments, got {', '.join(map(str, types))}")
     short = "f64" if dtypes.float64 in types else "f32"
     compute = FLOAT_VARIANTS[short][0]
-    call = lookup_primitive(f"{name}_{short}")(*(a if t is compute else Cast(a, compute) for a, t in zip(args, types)))
+    call = lookup_primitive(f"{name}_{short}")(*(cast_if_needed(a, compute) for a in args))
     narrow = types[0] if types[0] in (dtypes.float16, dtypes.bfloat16) else None
     return Cast(call, narrow) if narrow is not None else call
 

@@ -34,7 +34,7 @@ from hidet_framework.ir.functors import IRRewriter, collect
 from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.ir.simplify_div_mod import div_mod_by_bounds, nested_div_mod, split_multiples
 from hidet_framework.ir.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
-from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
 # ------------------------------------------------------------------------- helpers
 
@@ -267,8 +267,7 @@ class Simplifier(IRRewriter):
     def keep_type(self, result: Expr, original: Expr) -> Expr:
         """`result`, cast to the type of `original` when its own type differs (x + 0 with
         an int8 x and an int32 0 is an int32)."""
-        t = infer_type(original)
-        return result if infer_type(result) is t else Cast(result, t)
+        return cast_if_needed(result, infer_type(original))
 
     def simplify(self, e: Expr) -> Expr:
         return self.visit(e)

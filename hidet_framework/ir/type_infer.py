@@ -7,7 +7,7 @@ from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType, promote
 from hidet_framework.ir.expr import (
     BINARY_OPS, Address, BinaryOp, Call, Cast, Constant, Dereference, Expr, IfThenElse,
-    TensorElement, TensorSlice, UnaryOp, Var,
+    TensorElement, TensorSlice, UnaryOp, Var, convert,
 )
 from hidet_framework.ir.types import PointerType, TensorType
 
@@ -64,6 +64,13 @@ def infer_type(e: Expr) -> Any:
     if hasattr(e, "infer_type"):  # expression kinds defined above the IR (compute reductions)
         return e.infer_type()
     raise TypeError(f"cannot infer the type of {type(e).__name__}")
+
+
+def cast_if_needed(e: Any, t: Any) -> Expr:
+    """`e` as a value of type `t`: `e` itself when it has that type already, else a
+    `Cast` (so no conversion is left implicit, and none is added needlessly)."""
+    e = convert(e)
+    return e if infer_type(e) is t else Cast(e, t)
 
 
 def _scalar(t: Any, e: Expr) -> DataType:

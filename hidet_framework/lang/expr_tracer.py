@@ -21,7 +21,7 @@ from hidet_framework.ir.expr import (
     Call, Expr, cast, const, equal, if_then_else, logical_and, logical_not, logical_or, maximum,
     minimum, not_equal,
 )
-from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 from hidet_framework.ir.types import PointerType, TensorType
 from hidet_framework.lang.errors import ScriptError, SourceInfo
 
@@ -352,7 +352,7 @@ class ExprTracer:
                 at = infer_type(arg)
                 if not isinstance(at, DataType):
                     raise self.error(node, f"{fname}(): parameter {param.hint!r} is a {pt} scalar, got a {at} value")
-                return arg if at is pt else cast(arg, pt)  # C converts arguments the same way
+                return cast_if_needed(arg, pt)  # C converts arguments the same way
             if is_number(arg):
                 return self.literal_as(arg, pt, node, f"{fname}() parameter {param.hint!r}")
             raise self.error(node, f"{fname}(): parameter {param.hint!r} needs a {pt} value, got {_describe(arg)}")

@@ -16,7 +16,7 @@ from hidet_framework.ir.func import FUNC_ATTR_KEYS, FUNC_KINDS
 from hidet_framework.ir.stmt import (
     AssertStmt, AssignStmt, BufferStoreStmt, DeclareStmt, EvaluateStmt, IfStmt, ReturnStmt, Stmt, seq,
 )
-from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 from hidet_framework.ir.types import PointerType, Scope, TensorType
 from hidet_framework.lang.annotations import resolve_type
 from hidet_framework.lang.constructs import FUNC_ATTR_NAMES, CudaAttrs, ScriptAttrs, TensorDecl
@@ -217,9 +217,7 @@ class StmtTracer(LoopStatements, ExprTracer):
     def _convert_back(value: Any, dtype: Any) -> Expr:
         """A store or compound assignment converts to the target's type, like C; the
         cast is explicit in the IR so no backend has to guess."""
-        value = convert(value)
-        vt = infer_type(value)
-        return value if vt is dtype or not isinstance(dtype, DataType) else cast(value, dtype)
+        return cast_if_needed(value, dtype) if isinstance(dtype, DataType) else convert(value)
 
     def _store_target(self, target: ast.Subscript) -> tuple:
         base = self.eval(target.value)

@@ -18,7 +18,7 @@ from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Expr, Var, cast, const, maximum, minimum, var
 from hidet_framework.ir.func import Function, module
-from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.type_infer import cast_if_needed
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
 from hidet_framework.ir.stmt import (
     AssignStmt, BufferStoreStmt, DeclareStmt, ForStmt, IfStmt, LetStmt, Stmt, seq,
@@ -87,7 +87,7 @@ class _HoistReductions(ComputeRewriter):
         acc = var("acc", e.acc_dtype)
         inner = _HoistReductions()
         value = inner.visit(e.value)
-        body = seq(*inner.stmts, AssignStmt(acc, _combine(e.kind, acc, _cast_to(value, e.acc_dtype))))
+        body = seq(*inner.stmts, AssignStmt(acc, _combine(e.kind, acc, cast_if_needed(value, e.acc_dtype))))
         for axis, extent in reversed(list(zip(e.axes, e.extents))):
             body = ForStmt(axis, extent, body)
         self.stmts += [DeclareStmt(acc, _init_value(e.kind, e.acc_dtype)), body]
@@ -97,14 +97,10 @@ class _HoistReductions(ComputeRewriter):
         return acc
 
 
-def _cast_to(value: Expr, dtype: DataType) -> Expr:
-    return value if infer_type(value) is dtype else cast(value, dtype)
-
-
 def _store_element(out: TensorNode, indices: list[Expr], value: Expr) -> Stmt:
     hoist = _HoistReductions()
     value = hoist.visit(value)
-    store = BufferStoreStmt(out, tuple(indices), _cast_to(value, out.dtype))
+    store = BufferStoreStmt(out, tuple(indices), cast_if_needed(value, out.dtype))
     return seq(*hoist.stmts, store)
 
 
