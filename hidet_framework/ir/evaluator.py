@@ -214,12 +214,8 @@ class Evaluator(_Dispatch):
     def visit_ForStmt(self, s: ForStmt) -> None:
         for i in range(int(self.eval_expr(s.extent))):
             self.env[s.var] = i
-            try:
-                self.exec_stmt(s.body)
-            except _Break:
+            if not self._loop_iteration(s.body):
                 break
-            except _Continue:
-                continue
 
     def visit_ForMappingStmt(self, s: ForMappingStmt) -> None:
         worker = int(self.eval_expr(s.worker))
@@ -232,12 +228,18 @@ class Evaluator(_Dispatch):
 
     def visit_WhileStmt(self, s: WhileStmt) -> None:
         while self.eval_expr(s.cond):
-            try:
-                self.exec_stmt(s.body)
-            except _Break:
+            if not self._loop_iteration(s.body):
                 break
-            except _Continue:
-                continue
+
+    def _loop_iteration(self, body: Any) -> bool:
+        """Run one iteration of a loop body; False when it breaks out of the loop."""
+        try:
+            self.exec_stmt(body)
+        except _Break:
+            return False
+        except _Continue:
+            pass
+        return True
 
     def visit_BreakStmt(self, s: BreakStmt) -> None:
         raise _Break()
