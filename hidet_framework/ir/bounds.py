@@ -161,10 +161,12 @@ def bound_of(expr: Expr, var_bounds: Optional[Mapping[Var, Any]] = None) -> Inte
         pair, or ``range``); other variables range over their whole type.
     """
     bounds = {v: as_interval(b) for v, b in (var_bounds or {}).items()}
-    return _Bounder(bounds).bound(expr)
+    return Bounder(bounds).bound(expr)
 
 
-class _Bounder:
+class Bounder:
+    """Bounds of expressions under fixed variable bounds, memoised per expression."""
+
     def __init__(self, var_bounds: Mapping[Var, Interval]) -> None:
         self.var_bounds = var_bounds
         # id -> (expr, interval): the expression is kept alive so its id is never reused

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 import attrs
 import numpy as np
 
-from hidet_framework.ir.bounds import Interval, _Bounder, as_interval, type_range
+from hidet_framework.ir.bounds import Bounder, Interval, as_interval, type_range
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import (
     BinaryOp, Call, Cast, Constant, Expr, IfThenElse, Node, TensorElement, UnaryOp, Var, const,
@@ -250,7 +250,7 @@ class Simplifier(IRRewriter):
         self._reset_memo()
 
     def _reset_memo(self) -> None:
-        self._bounder = _Bounder(self.var_bounds)
+        self._bounder = Bounder(self.var_bounds)
         self._memo: dict[int, tuple[Expr, Expr]] = {}  # id -> (expr kept alive, result)
 
     def bind(self, v: Var, bound: Any) -> None:
