@@ -27,10 +27,14 @@ from hidet_framework.compute.task import Task
 from hidet_framework.extension import MissingBackendError, plugin_host
 from hidet_framework.graph.compiled_graph import CompiledGraph, GraphInputError
 from hidet_framework.graph.flow_graph import FlowGraph
-from hidet_framework.graph.passes import GraphPassContext, interpret_task, run_graph_passes
+from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
+from hidet_framework.graph.passes import (
+    FUSED_OPERATOR, FUSION_PASSES, GRAPH_PASSES, GraphPassContext, interpret_task, run_graph_passes,
+)
+from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
 from hidet_framework.schedule import ScheduledTask, auto_schedule
 
-__all__ = ["compile", "compile_task", "CompiledTask", "TargetUnavailableError", "MissingBackendError",
+__all__ = ["compile", "compile_task", "compile_fused", "CompiledTask", "TargetUnavailableError", "MissingBackendError",
            "ENV_SPACE", "ENV_QUIET", "EVALUATOR_TARGET"]
 
 ENV_SPACE = "HIDET_FRAMEWORK_SPACE"  # default search-space level when `space` is not given
@@ -252,17 +256,52 @@ def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: st
         cached = _task_cache.get(key)
     if cached is not None:
         return cached
-    if kind == EVALUATOR_TARGET:
-        scheduled = auto_schedule(task, "cpu")
-        compiled = CompiledTask(task, scheduled, _EvaluatedFunctions(scheduled.module), _HostDevice(), kind)
-    else:
-        from hidet_framework.transforms.pipeline import lower
+    compiled = _build(task, _schedule_for(task, op_name, kind, space, attributes), kind)
+    with _lock:
+        return _task_cache.setdefault(key, compiled)
 
-        backend = _usable_backend(kind)
-        target_obj = _detected_target(backend)
-        scheduled = _schedule(task, op_name, target_obj, space, attributes, backend)
-        loaded = backend.compile(lower(scheduled.module, kind), target_obj)
-        compiled = CompiledTask(task, scheduled, loaded, backend.device, kind)
+
+def _schedule_for(task: Task, op_name: str, kind: str, space: int, attributes: dict) -> ScheduledTask:
+    """`task`'s schedule for target kind `kind` (the evaluator runs the CPU auto-schedule)."""
+    if kind == EVALUATOR_TARGET:
+        return auto_schedule(task, "cpu")
+    backend = _usable_backend(kind)
+    return _schedule(task, op_name, _detected_target(backend), space, attributes, backend)
+
+
+def _build(task: Task, scheduled: ScheduledTask, kind: str) -> CompiledTask:
+    """Lower and compile `scheduled` (or hand it to the IR evaluator)."""
+    if kind == EVALUATOR_TARGET:
+        return CompiledTask(task, scheduled, _EvaluatedFunctions(scheduled.module), _HostDevice(), kind)
+    from hidet_framework.transforms.pipeline import lower
+
+    backend = _usable_backend(kind)
+    loaded = backend.compile(lower(scheduled.module, kind), _detected_target(backend))
+    return CompiledTask(task, scheduled, loaded, backend.device, kind)
+
+
+def compile_fused(task: Task, group: FusionGroup, target: str = "cpu", space: int = 0) -> Any:
+    """Compile a fusion group (the ``fused`` operator's `task`) as one kernel: the anchor
+    scheduled as if alone (tuned as usual), its producers and consumers grafted onto
+    its loads and stores. Where a graft is impossible, the members' own compiled tasks
+    run one after another (a ChainedTask, whose ``fallback_reason`` says why).
+    Cached in-process by the fused task's fingerprint and the group's structure."""
+    kind = resolve_target(target)
+    key = ("fused", task.fingerprint(), kind, space, group.structure_key())
+    with _lock:
+        cached = _task_cache.get(key)
+    if cached is not None:
+        return cached
+    anchor = group.anchor_member
+    try:
+        scheduled = fuse_group(_schedule_for(anchor.task, anchor.name, kind, space, dict(anchor.attributes)),
+                               group)
+    except FusionError as exc:
+        members = [compile_task(m.task, kind, space, op_name=m.name, attributes=dict(m.attributes))
+                   for m in group.members]
+        compiled: Any = ChainedTask(task, group, members, str(exc))
+    else:
+        compiled = _build(task, scheduled, kind)
     with _lock:
         return _task_cache.setdefault(key, compiled)
 
@@ -313,11 +352,14 @@ def _progress(total: int, what: str) -> Iterator[Callable[[], None]]:
         yield lambda: bar.advance(handle)
 
 
-def compile(graph: FlowGraph, target: str = "auto", space: int | None = None) -> CompiledGraph:  # noqa: A001
+def compile(graph: FlowGraph, target: str = "auto", space: int | None = None,  # noqa: A001
+            fusion: bool = True) -> CompiledGraph:
     """Compile a traced graph for `target` ("cpu", "cuda", or "auto": cuda when its
     backend is usable here, else cpu; ``CompiledGraph.target`` says which).
 
     :param space: schedule search-space level 0/1/2; None reads $HIDET_FRAMEWORK_SPACE (default 0).
+    :param fusion: fuse producers and consumers onto anchors (fewer kernels, see
+        ``CompiledGraph.fusion_report()``); False keeps one kernel per operator.
     :raises MissingBackendError: no installed plugin serves the target.
     :raises TargetUnavailableError: the backend is installed but cannot run here.
     """
@@ -331,11 +373,14 @@ def compile(graph: FlowGraph, target: str = "auto", space: int | None = None) ->
         device = _usable_backend(kind).device
     # The evaluator target promises not to need a compiler, constant folding included.
     ctx = GraphPassContext(evaluate=interpret_task if kind == EVALUATOR_TARGET else evaluate_on_cpu)
-    graph = run_graph_passes(graph, ctx)
+    graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with _progress(distinct, f"compiling {distinct} tasks for {kind}") as advance:
         def compile_operator(op: Any) -> CompiledTask:
-            compiled = compile_task(op.task, kind, space, op_name=op.name, attributes=op.attributes)
+            if op.name == FUSED_OPERATOR and GROUP_ATTRIBUTE in op.attributes:
+                compiled = compile_fused(op.task, op.attributes[GROUP_ATTRIBUTE], kind, space)
+            else:
+                compiled = compile_task(op.task, kind, space, op_name=op.name, attributes=op.attributes)
             advance()
             return compiled
 

@@ -18,8 +18,10 @@ import attrs
 import numpy as np
 
 from hidet_framework.backend.signature import numpy_dtype
+from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
+from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
 from hidet_framework.graph.tensor import Operator, Tensor
 
 
@@ -184,11 +186,14 @@ class CompiledGraph:
 
     def _bind(self) -> None:
         launches: list[tuple[Callable[..., None], tuple]] = []
+        self._launch_counts: list[int] = []  # per operator, for the fusion report
         for op, task, ws_slots in zip(self.graph.nodes, self.tasks, self._workspace_slots):
             inputs = [self._array_of(t) for t in op.inputs]
             outputs = [self._array_of(t) for t in op.outputs]
             workspace = [self._view(s, spec.shape, spec.dtype.name) for s, spec in zip(ws_slots, task.workspace)]
-            launches += task.bind(inputs, outputs, workspace)
+            bound = task.bind(inputs, outputs, workspace)
+            self._launch_counts.append(len(bound))
+            launches += bound
         self._launches = tuple(launches)
         self._input_views = [self._array_of(t) if t.uid in self._slot else None for t in self.graph.inputs]
         position = {t.uid: k for k, t in enumerate(self.graph.inputs)}
@@ -264,6 +269,22 @@ class CompiledGraph:
     @property
     def num_launches(self) -> int:
         return len(self._launches)
+
+    def fusion_report(self) -> list[GroupReport]:
+        """One row per operator of the compiled graph: a fused group (its operators,
+        the anchor in brackets; ``fused`` when grafted into one kernel, ``separate``
+        with the reason when a graft was impossible) or a lone operator (``single``)."""
+        rows = []
+        for op, task, launches in zip(self.graph.nodes, self.tasks, self._launch_counts):
+            scheduled = getattr(task, "scheduled", None)
+            source = getattr(scheduled, "source", "") if scheduled is not None else ""
+            group = op.attributes.get(GROUP_ATTRIBUTE)
+            if group is None:
+                rows.append(GroupReport(op.name, "single", launches, source))
+                continue
+            reason = getattr(task, "fallback_reason", "")
+            rows.append(GroupReport(group.describe(), "separate" if reason else "fused", launches, source, reason))
+        return rows
 
     def __repr__(self) -> str:
         return (f"CompiledGraph(target={self.target!r}, operators={len(self.graph.nodes)}, "

@@ -1,0 +1,13 @@
+"""Post-scheduling fusion (DESIGN.md section 7): producers and consumers grafted onto
+a scheduled anchor's tensor-element reads and stores.
+
+``plan`` describes a group; ``graft_prologue`` / ``graft_epilogue`` rewrite a kernel's
+reads / stores; ``fuse_group`` applies a whole group to the anchor's ScheduledTask;
+``compose_task`` gives the fused operator its Task; ``chained_task`` is the fallback
+(members run apart) when a graft is impossible. The partitioning that forms groups is
+a graph pass: ``graph/passes/partition_fusion_groups.py``.
+"""
+from hidet_framework.fusion.chained_task import ChainedTask
+from hidet_framework.fusion.compose_task import compose_task
+from hidet_framework.fusion.fuse_group import fuse_group
+from hidet_framework.fusion.plan import FusionError, FusionGroup, GroupReport, Member, Source

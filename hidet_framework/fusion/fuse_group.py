@@ -1,0 +1,42 @@
+"""Turn the anchor's ScheduledTask into the fused group's: graft the prologue
+producers (downstream first, so a chain unrolls one link at a time) and then the
+epilogue consumers (in chain order), and renumber the buffers to the group's inputs
+and outputs.
+"""
+from __future__ import annotations
+
+from hidet_framework.fusion.bound_kernel import BoundKernel
+from hidet_framework.fusion.graft_epilogue import graft_consumer
+from hidet_framework.fusion.graft_prologue import graft_producer
+from hidet_framework.fusion.plan import FusionError, FusionGroup, Source
+from hidet_framework.schedule.scheduled_task import ScheduledTask
+
+
+def _key(source: Source) -> tuple:
+    # buffers are named by where they come from: group input k, or member j's output 0
+    return ("input", source.index) if source.kind == "input" else ("member", source.index, 0)
+
+
+def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup) -> ScheduledTask:
+    """The anchor's kernels with the group's producers and consumers grafted in.
+
+    :param anchor_scheduled: the anchor task's schedule, over its own inputs/outputs.
+    :returns: a ScheduledTask over the group's inputs (``group.num_inputs``) and
+        outputs (``group.outputs``).
+    :raises FusionError: a graft is impossible (the caller runs the members apart).
+    """
+    anchor = group.anchor_member
+    kernel = BoundKernel(anchor_scheduled, [_key(s) for s in anchor.sources],
+                         [("member", group.anchor, o) for o in range(len(anchor.task.outputs))])
+    for j, member in reversed(group.members_in("prologue")):
+        graft_producer(kernel, ("member", j, 0), member.task, [_key(s) for s in member.sources])
+    for j, member in group.members_in("epilogue"):
+        chained = [k for k, s in enumerate(member.sources) if s.kind == "member"]
+        if len(chained) != 1:
+            raise FusionError(f"epilogue {member.name!r} reads {len(chained)} tensors of the group, not one")
+        source = member.sources[chained[0]]
+        graft_consumer(kernel, _key(source), member.task, chained[0],
+                       [_key(s) for s in member.sources], ("member", j, 0))
+    inputs = [("input", k) for k in range(group.num_inputs)]
+    outputs = [("member", j, o) for j, o in group.outputs]
+    return kernel.to_scheduled(inputs, outputs, name=f"fused_{kernel.name}")

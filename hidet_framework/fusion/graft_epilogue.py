@@ -1,0 +1,103 @@
+"""Epilogue: graft a bijective consumer onto a kernel's output stores.
+
+A consumer ``y = f(x, other...)`` that is a bijection from `x` to `y` (elementwise,
+a permutation, a reshape: ``Task.inverse_map``) lets each store ``x[idx] = v`` become
+``y[inv(idx)] = f(...)`` evaluated at the output index ``inv(idx)``, with the read of
+``x`` replaced by `v` (bound once) and the other inputs (a bias, a residual) read at
+that index through new parameters. Every element of `y` is stored exactly when the
+kernel stored the matching element of `x`, so nothing else about the kernel changes.
+"""
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+from hidet_framework.compute.definitions import ComputeRewriter, TensorNode, substitute_compute
+from hidet_framework.compute.task import Task
+from hidet_framework.fusion.bound_kernel import BoundKernel, check_param_uses, tensor_param
+from hidet_framework.fusion.plan import FusionError
+from hidet_framework.ir.expr import Expr, TensorElement, Var, cast, var
+from hidet_framework.ir.functors import IRRewriter, substitute
+from hidet_framework.ir.stmt import BufferStoreStmt, LetStmt
+from hidet_framework.ir.type_infer import infer_type
+
+
+class _HoleForRead(ComputeRewriter):
+    """Replaces the reads of `tensor` by `hole`, counting them."""
+
+    def __init__(self, tensor: TensorNode, hole: Var) -> None:
+        self.tensor, self.hole, self.count = tensor, hole, 0
+
+    def visit_TensorElement(self, e: TensorElement) -> Expr:
+        if e.base is self.tensor:
+            self.count += 1
+            return self.hole
+        return super().visit_TensorElement(e)
+
+
+def consumer_value_with_hole(consumer: Task, index: int) -> tuple[Expr, Var]:
+    """The consumer's output value with its single read of input `index` replaced by a
+    variable (the hole); FusionError when the task does not read that input exactly
+    once (the read's index would not be the stored one)."""
+    node = consumer.inputs[index]
+    hole = var("fused_in", node.dtype)
+    rewriter = _HoleForRead(node, hole)
+    value = rewriter.visit(consumer.inlined_value(consumer.outputs[0]))
+    if rewriter.count != 1:
+        raise FusionError(f"consumer {consumer.name!r} reads input {index} {rewriter.count} times")
+    return value, hole
+
+
+class _ReplaceStores(IRRewriter):
+    def __init__(self, param: Var, store_at) -> None:
+        self.param, self.store_at = param, store_at
+
+    def visit_BufferStoreStmt(self, s: BufferStoreStmt):
+        if s.base is self.param:
+            return self.store_at(self.visit_seq(s.indices), self.visit(s.value))
+        return super().visit_BufferStoreStmt(s)
+
+
+def _as_dtype(value: Expr, dtype) -> Expr:
+    try:
+        same = infer_type(value) is dtype
+    except Exception:  # a node the type inference does not know: make the type explicit
+        same = False
+    return value if same else cast(value, dtype)
+
+
+def graft_consumer(kernel: BoundKernel, key: Hashable, consumer: Task, index: int,
+                   input_keys: Sequence[Hashable], output_key: Hashable) -> int:
+    """Replace the stores into buffer `key` (read by `consumer` as its input `index`)
+    in every function of `kernel` by stores into `output_key` (the consumer's single
+    output); `input_keys[k]` is the buffer of ``consumer.inputs[k]`` (ignored for
+    `index`). Returns how many parameters were grafted."""
+    if len(consumer.outputs) != 1 or not consumer.is_injective():
+        raise FusionError(f"consumer {consumer.name!r} is not a single-output injective task")
+    node, out = consumer.inputs[index], consumer.outputs[0]
+    inverse = consumer.inverse_map(node)
+    if inverse is None:
+        raise FusionError(f"consumer {consumer.name!r} is not a bijection from input {index} to its output")
+    value, hole = consumer_value_with_hole(consumer, index)
+    sites = kernel.sites(key)
+    if not sites:
+        raise FusionError(f"no function of {kernel.name!r} writes the buffer {consumer.name!r} reads")
+    for fname, param in sites:
+        fn = kernel.functions[fname]
+        check_param_uses(fn, param, "write", node.shape)
+        out_param = tensor_param(f"{out.name}_{consumer.name}", out.dtype, out.shape)
+        others = [(k, t) for k, t in enumerate(consumer.inputs) if k != index]
+        extra = {t: tensor_param(f"{t.name}_{consumer.name}", t.dtype, t.shape) for _, t in others}
+
+        def store_at(indices: tuple, stored: Expr, _extra=extra, _out=out_param) -> LetStmt:
+            element = var("fused_v", node.dtype)
+            out_indices = [substitute(e, dict(zip(inverse.axes, indices))) for e in inverse.out_indices]
+            mapping: dict = dict(zip(out.definition.axes, out_indices))
+            mapping.update(_extra)
+            mapping[hole] = element
+            result = _as_dtype(substitute_compute(value, mapping), out.dtype)
+            return LetStmt(element, _as_dtype(stored, node.dtype), BufferStoreStmt(_out, out_indices, result))
+
+        body = _ReplaceStores(param, store_at).visit(fn.body)
+        kernel.update(fname, body, drop=param, replace_with=(out_param, output_key),
+                      add=[(extra[t], input_keys[k]) for k, t in others])
+    return len(sites)

@@ -1,0 +1,109 @@
+"""What a fusion group is: the operators that become one kernel, and how they connect.
+
+A group has one anchor (the operator that is scheduled: a template or the
+auto-scheduler), injective producers grafted onto its input loads (prologue) and
+bijective consumers grafted onto its output stores (epilogue). The group is described
+by tasks and wiring only (no graph tensors), so the grafting engine below the graph
+can read it and the driver can key its cache on it.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from hidet_framework.compute.task import Task
+
+ROLES = ("prologue", "anchor", "epilogue")
+
+
+class FusionError(ValueError):
+    """A graft is impossible (the caller falls back to separate kernels)."""
+
+
+@attrs.frozen(eq=False)
+class Source:
+    """Where a member's input comes from: group input `index` (``kind == "input"``) or
+    output 0 of member `index` (``kind == "member"``)."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(("input", "member")))
+    index: int
+
+
+@attrs.frozen(eq=False)
+class Member:
+    """One operator of a group.
+
+    :param name: the operator name (selects templates for the anchor).
+    :param task: its task.
+    :param attributes: the operator's attributes.
+    :param role: ``prologue``, ``anchor`` or ``epilogue``.
+    :param sources: one `Source` per task input.
+    """
+
+    name: str
+    task: Task
+    attributes: Mapping[str, Any]
+    role: str = attrs.field(validator=attrs.validators.in_(ROLES))
+    sources: tuple = attrs.field(converter=tuple)
+
+
+@attrs.frozen(eq=False)
+class FusionGroup:
+    """Operators that run as one kernel.
+
+    :param members: in topological order (producers before consumers).
+    :param anchor: index of the anchor in `members`.
+    :param outputs: the group outputs as (member index, output index) pairs.
+    :param num_inputs: how many group inputs the members' `Source`s refer to.
+    """
+
+    members: tuple = attrs.field(converter=tuple)
+    anchor: int
+    outputs: tuple = attrs.field(converter=tuple)
+    num_inputs: int
+
+    @property
+    def anchor_member(self) -> Member:
+        return self.members[self.anchor]
+
+    def members_in(self, role: str) -> list[tuple[int, Member]]:
+        return [(j, m) for j, m in enumerate(self.members) if m.role == role]
+
+    def describe(self) -> str:
+        """``relu -> [matmul] -> add -> gelu``: producers, the anchor, consumers."""
+        parts = [f"[{m.name}]" if m.role == "anchor" else m.name for m in self.members]
+        return " -> ".join(parts)
+
+    def structure_key(self) -> tuple:
+        """Everything that decides the fused kernel: roles, operator names, each
+        member's task fingerprint (math, shapes and the attributes the operator records
+        on its task) and the wiring."""
+        members = tuple((m.role, m.name, m.task.fingerprint(), tuple((s.kind, s.index) for s in m.sources))
+                        for m in self.members)
+        return (members, self.anchor, self.outputs, self.num_inputs)
+
+
+@attrs.frozen
+class GroupReport:
+    """How one operator of a compiled graph (a fused group or a lone operator) runs.
+
+    :param operators: the operator names, producers first (the anchor in brackets).
+    :param status: ``fused`` (one grafted kernel), ``separate`` (fell back: one kernel
+        per operator), or ``single`` (an operator that was not grouped).
+    :param launches: kernel launches it takes.
+    :param scheduled_by: ``auto`` or the anchor template's name.
+    :param reason: why a group fell back (empty otherwise).
+    """
+
+    operators: str
+    status: str
+    launches: int
+    scheduled_by: str = ""
+    reason: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.status:8s} {self.launches} launch{'es' if self.launches != 1 else ''}  {self.operators}"
+        if self.scheduled_by:
+            text += f"  ({self.scheduled_by})"
+        return text + (f"  -- {self.reason}" if self.reason else "")
