@@ -1,6 +1,9 @@
-"""Fixtures shared by the backend plugin tests (cpu, cuda)."""
+"""Fixtures shared by the plugin tests: an isolated build cache, fresh random numbers."""
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 
 
@@ -12,3 +15,11 @@ def isolated_build_cache(tmp_path, monkeypatch):
     root = tmp_path / "hf-cache"
     monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(root))
     yield root
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random inputs every run; the seed is printed (shown when the test fails)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed} for {request.node.name}")
+    return np.random.default_rng(seed)

@@ -19,12 +19,3 @@ def cpu_backend():
     if not availability.usable:
         pytest.skip(f"CPU backend not usable: {availability.reason}")
     return backend
-
-
-@pytest.fixture
-def rng():
-    # Fresh inputs every run (no fixed seed), as the testing rules ask; the seed is
-    # printed by the failing assertion's context when needed.
-    import numpy as np
-
-    return np.random.default_rng()

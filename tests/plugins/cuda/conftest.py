@@ -29,10 +29,9 @@ def kernels():
 
 
 @pytest.fixture
-def tmp_cache(tmp_path, monkeypatch):
+def tmp_cache(isolated_build_cache):
     """A private, empty build cache for this test."""
-    monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+    return isolated_build_cache
 
 
 def _nvrtc_reason() -> str | None:
@@ -67,13 +66,3 @@ def cuda_backend():
     if not available:
         pytest.skip(f"no usable CUDA GPU: {available.reason}")
     return backend
-
-
-@pytest.fixture
-def rng(request):
-    """Fresh random inputs every run; the seed is printed for reproduction."""
-    import numpy as np
-
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"random seed {seed} for {request.node.name}")
-    return np.random.default_rng(seed)

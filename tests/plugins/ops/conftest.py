@@ -1,5 +1,6 @@
 """Fixtures of the ops plugin tests: the plugin registered in an isolated plugin host
-(nothing installed leaks in), the graph runner, and fresh random inputs."""
+(nothing installed leaks in), the graph runner, and random arrays drawn from the
+`rng` of tests/plugins/conftest.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -52,14 +53,6 @@ def op_target(request):
     _RUNNER.DEFAULT_TARGET = request.param
     yield request.param
     _RUNNER.DEFAULT_TARGET = "cpu"
-
-
-@pytest.fixture
-def rng(request):
-    """Fresh random numbers each run (the seed is printed when a test fails)."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"rng seed: {seed}")
-    return np.random.default_rng(seed)
 
 
 def random_array(rng, shape, dtype="float32", low=-2.0, high=2.0):
