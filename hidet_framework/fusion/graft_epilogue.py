@@ -3,7 +3,7 @@
 A consumer ``y = f(x, other...)`` that is a bijection from `x` to `y` (elementwise,
 a permutation, a reshape: ``Task.inverse_map``) lets each store ``x[idx] = v`` become
 ``y[inv(idx)] = f(...)`` evaluated at the output index ``inv(idx)``, with the read of
-``x`` replaced by `v` (bound once) and the other inputs (a bias, a residual) read at
+``x`` (one element, read once or more) replaced by `v` (bound once) and the other inputs (a bias, a residual) read at
 that index through new parameters. Every element of `y` is stored exactly when the
 kernel stored the matching element of `x`, so nothing else about the kernel changes.
 """
@@ -11,40 +11,53 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
-from hidet_framework.compute.definitions import ComputeRewriter, TensorNode, substitute_compute
-from hidet_framework.compute.task import Task
+from hidet_framework.compute.definitions import ComputeRewriter, GridCompute, TensorNode, substitute_compute
+from hidet_framework.compute.task import InverseMap, Task
 from hidet_framework.fusion.bound_kernel import BoundKernel, check_param_uses, tensor_param
 from hidet_framework.fusion.plan import FusionError
+from hidet_framework.ir.equality import structural_equal
 from hidet_framework.ir.expr import Expr, TensorElement, Var, cast, var
 from hidet_framework.ir.functors import IRRewriter, substitute
 from hidet_framework.ir.stmt import BufferStoreStmt, LetStmt
 from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.ir.types import TensorType
 
 
 class _HoleForRead(ComputeRewriter):
-    """Replaces the reads of `tensor` by `hole`, counting them."""
+    """Replaces the reads of `tensor` by `hole`, collecting their indices."""
 
     def __init__(self, tensor: TensorNode, hole: Var) -> None:
-        self.tensor, self.hole, self.count = tensor, hole, 0
+        self.tensor, self.hole = tensor, hole
+        self.reads: list[TensorElement] = []
 
     def visit_TensorElement(self, e: TensorElement) -> Expr:
         if e.base is self.tensor:
-            self.count += 1
+            self.reads.append(e)
             return self.hole
         return super().visit_TensorElement(e)
 
 
-def consumer_value_with_hole(consumer: Task, index: int) -> tuple[Expr, Var]:
-    """The consumer's output value with its single read of input `index` replaced by a
-    variable (the hole); FusionError when the task does not read that input exactly
-    once (the read's index would not be the stored one)."""
-    node = consumer.inputs[index]
+def epilogue_form(consumer: Task, index: int) -> tuple[InverseMap, Expr, Var]:
+    """What grafting `consumer` onto a store needs: the inverse map of input `index`,
+    and the output value with every read of that input replaced by a variable (the
+    hole). The reads must all be of one element (``x * erf(x)`` reads ``x[i]`` twice);
+    FusionError otherwise, or when the input is not a bijection onto the output."""
+    node, out = consumer.inputs[index], consumer.outputs[0]
     hole = var("fused_in", node.dtype)
     rewriter = _HoleForRead(node, hole)
-    value = rewriter.visit(consumer.inlined_value(consumer.outputs[0]))
-    if rewriter.count != 1:
-        raise FusionError(f"consumer {consumer.name!r} reads input {index} {rewriter.count} times")
-    return value, hole
+    value = rewriter.visit(consumer.inlined_value(out))
+    reads = rewriter.reads
+    if not reads or any(not structural_equal(list(r.indices), list(reads[0].indices)) for r in reads[1:]):
+        raise FusionError(f"consumer {consumer.name!r} does not read one element of input {index} per output element")
+    inverse = consumer.inverse_map(node)
+    if inverse is None and len(reads) > 1:
+        # Task.inverse_map detects permutations from a single read; several reads of
+        # one element are the same case: ask it about a task with that one read.
+        single = TensorNode(out.name, TensorType(node.dtype, out.shape), GridCompute(out.definition.axes, reads[0]))
+        inverse = Task(consumer.name, [node], [single]).inverse_map(node)
+    if inverse is None:
+        raise FusionError(f"consumer {consumer.name!r} is not a bijection from input {index} to its output")
+    return inverse, value, hole
 
 
 class _ReplaceStores(IRRewriter):
@@ -74,10 +87,7 @@ def graft_consumer(kernel: BoundKernel, key: Hashable, consumer: Task, index: in
     if len(consumer.outputs) != 1 or not consumer.is_injective():
         raise FusionError(f"consumer {consumer.name!r} is not a single-output injective task")
     node, out = consumer.inputs[index], consumer.outputs[0]
-    inverse = consumer.inverse_map(node)
-    if inverse is None:
-        raise FusionError(f"consumer {consumer.name!r} is not a bijection from input {index} to its output")
-    value, hole = consumer_value_with_hole(consumer, index)
+    inverse, value, hole = epilogue_form(consumer, index)
     sites = kernel.sites(key)
     if not sites:
         raise FusionError(f"no function of {kernel.name!r} writes the buffer {consumer.name!r} reads")

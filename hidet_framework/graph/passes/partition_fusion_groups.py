@@ -6,7 +6,7 @@ Rules, in this order (an operator joins at most one group):
 1. Anchors are the operators that are not injective (matmul, reductions, pooling...).
    Each anchor's output grows an epilogue chain: its single consumer joins when that
    consumer is injective with one output and a bijection from this input to its output
-   (``Task.inverse_map``), reading it once; its other inputs (a bias, a residual) become
+   (``Task.inverse_map``), reading one element of it per output element; its other inputs (a bias, a residual) become
    inputs of the group. Epilogues come first: a value stored once by the anchor is
    cheaper than one recomputed on every load by the next anchor's prologue.
 2. Each anchor's inputs grow prologue trees: an input's producer joins when it is
@@ -25,7 +25,7 @@ when the driver grafts, and that group then runs as separate kernels.
 from __future__ import annotations
 
 from hidet_framework.fusion.compose_task import compose_task
-from hidet_framework.fusion.graft_epilogue import consumer_value_with_hole
+from hidet_framework.fusion.graft_epilogue import epilogue_form
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder
@@ -39,12 +39,9 @@ def _one_output_injective(op: Operator) -> bool:
     return len(op.outputs) == 1 and op.task.is_injective() and op.outputs[0].size > 0
 
 
-def _reads_once_bijectively(op: Operator, position: int) -> bool:
-    node = op.task.inputs[position]
-    if op.task.inverse_map(node) is None:
-        return False
+def _bijective_from(op: Operator, position: int) -> bool:
     try:
-        consumer_value_with_hole(op.task, position)
+        epilogue_form(op.task, position)
     except FusionError:
         return False
     return True
@@ -74,7 +71,7 @@ class _Partition:
         while len(current.outputs) == 1 and self._single_use(current.outputs[0]):
             consumer, position = self.uses[current.outputs[0].uid][0]
             if (id(consumer) in self.group_of or not _one_output_injective(consumer)
-                    or not _reads_once_bijectively(consumer, position)):
+                    or not _bijective_from(consumer, position)):
                 return
             self.group_of[id(consumer)] = g
             self.groups[g]["epilogue"].append(consumer)
