@@ -11,3 +11,6 @@ from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.compose_task import compose_task
 from hidet_framework.fusion.fuse_group import fuse_group
 from hidet_framework.fusion.plan import FusionError, FusionGroup, GroupReport, Member, Source
+
+__all__ = ["ChainedTask", "FusionError", "FusionGroup", "GroupReport", "Member", "Source", "compose_task",
+           "fuse_group"]
