@@ -85,7 +85,7 @@ step nvidia_smi nvidia-smi
 step torch_import torch_import
 step probe_torch_import timeout 120 "$PY" scripts/probe_torch_import.py
 # the tests first: if the call runs out of time, the correctness record is what must survive
-step pytest_cuda timeout "${GPU_CHECK_PYTEST_TIMEOUT:-240}" "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
+step pytest_cuda timeout "${GPU_CHECK_PYTEST_TIMEOUT:-600}" "$PY" -m pytest -m cuda -v -rs --junitxml="$OUT/pytest_cuda.xml"
 step memcheck timeout 60 bash -c "$(declare -f sanitize); PY='$PY' sanitize"
 step bench run_benchmarks
 
