@@ -374,3 +374,94 @@ def test_atomic_add(cuda_backend, rng):
     total = dev.from_numpy(np.zeros(1, np.float32))
     mod["atomic_sum"](dev.from_numpy(a), total, n)
     assert abs(float(dev.to_numpy(total)[0]) - a.astype(np.float64).sum()) < 1e-5 * n
+
+
+# ------------------------------------------- bench/gpu_bandwidth.py: the bandwidth variants
+def _bandwidth_bench():
+    """bench/gpu_bandwidth.py, loaded by path (tests run in importlib mode)."""
+    import importlib.util
+    import os
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.path.join(repo, "bench", "gpu_bandwidth.py")
+    spec = importlib.util.spec_from_file_location("gpu_bandwidth_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+BW = _bandwidth_bench()
+BW_VARIANTS = {v.name: v for v in BW.variants()}
+# small primes (never a multiple of a tile), and one prime above every grid-stride
+# variant's grid x tile on the H200 default (<= 17.3M elements), so those loop and then
+# take the tail
+BW_SIZES = [1, 7, 4099, 1_000_003, 20_000_003]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", sorted(BW_VARIANTS))
+def test_bandwidth_variant_compiles_to_sm90_cubin(tmp_cache, name):
+    v = BW_VARIANTS[name]
+    lowered = lower(script_module(BW.variant_kernel(v), name=name))
+    source = generate(lowered)
+    result = build_cubin(source, arch="sm_90", name=name)
+    with open(result.path, "rb") as f:
+        image = f.read()
+    assert image.startswith(b"\x7fELF") and name.encode() in image
+    streaming = "__ldcs(" in source and "__stcs(" in source
+    assert streaming == (v.cache == "cs")
+    assert "(float4*)&a[" in source
+    (spec,) = kernel_specs(lowered)
+    assert spec.block == (v.block, 1, 1)
+    tile = v.vecs * v.block * 4
+    for n in (1, tile, tile + 1, 268_435_456):
+        want = (n + tile - 1) // tile
+        if v.loop == "stride":
+            want = min(want, BW.stride_grid(v))
+        assert spec.grid((None, None, None, n)) == (want,)
+
+
+@pytest.mark.nvcc
+def test_bandwidth_add_variants_do_not_spill(tmp_path):
+    """ptxas's report (nvcc -Xptxas -v) for the whole bench module: the add variants and
+    the baselines keep everything in registers (no local memory)."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH (the register report needs it)")
+    _, source, _ = BW.build_module()
+    cu = tmp_path / "gpu_bandwidth.cu"
+    cu.write_text(source)
+    out = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-o", str(tmp_path / "bw.cubin"), str(cu)],
+                         capture_output=True, text=True, check=True)
+    report = dict(re.findall(r"Compiling entry function '(\w+)' for 'sm_90'\s*\n.*?\n?.*?(\d+) bytes spill stores",
+                             out.stderr))
+    names = ["bw_copy", "bw_add", *BW_VARIANTS]
+    assert set(names) <= set(report), sorted(set(names) - set(report))
+    spilling = {k: int(report[k]) for k in names if (k.startswith("bw_add") or k == "bw_copy") and int(report[k])}
+    assert not spilling, spilling
+
+
+@pytest.fixture(scope="module")
+def bandwidth_module(cuda_backend):
+    """Every variant and the baselines in one module, built for this GPU."""
+    _, _, loaded = BW.build_module(cuda_backend, cuda_backend.detect_target())
+    return loaded
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", BW_SIZES)
+@pytest.mark.parametrize("name", sorted(BW_VARIANTS))
+def test_bandwidth_variant_on_gpu(cuda_backend, bandwidth_module, rng, name, n):
+    v = BW_VARIANTS[name]
+    dev = cuda_backend.device
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    pad = 67  # poisoned elements past n must stay poisoned
+    c = _poisoned(dev, (n + pad,), "float32")
+    bandwidth_module[name](dev.from_numpy(a), dev.from_numpy(b), c, n)
+    got = dev.to_numpy(c)
+    want = (a.astype(np.float64) + b) if v.op == "add" else a
+    assert np.array_equal(got[:n], np.asarray(want, np.float32)), "every element is a + b (or a), fp32"
+    assert np.isnan(got[n:]).all(), "nothing written past n"

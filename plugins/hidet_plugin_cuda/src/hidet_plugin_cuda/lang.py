@@ -1,4 +1,5 @@
 """CUDA vocabulary for script kernels: worker indices, barriers, warp shuffles, atomics,
+streaming (evict-first) global loads and stores,
 math, dynamic shared memory, and tensor-core / async-copy instructions.
 
     from hidet_plugin_cuda.lang import threadIdx, blockIdx, syncthreads, cp_async, mma_sync_m16n8k16_f16_f32
@@ -36,11 +37,12 @@ from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope, TensorType
 
 from . import primitives as _primitives  # noqa: F401  (registers the cuda spellings)
-from .primitives import ATOMIC_ADD_TYPES, SHUFFLE_TYPES
+from .primitives import ATOMIC_ADD_TYPES, SHUFFLE_TYPES, STREAMING_TYPES
 
 __all__ = [
     "threadIdx", "blockIdx", "blockDim", "gridDim", "syncthreads", "syncwarp", "shfl_down_sync",
-    "shfl_up_sync", "shfl_xor_sync", "shfl_sync", "atomic_add", "cvta_to_shared", "dynamic_shared_tensor",
+    "shfl_up_sync", "shfl_xor_sync", "shfl_sync", "atomic_add", "load_streaming", "store_streaming",
+    "cvta_to_shared", "dynamic_shared_tensor",
     "cp_async", "cp_async_commit_group", "cp_async_wait_group", "cp_async_wait_all", "ldmatrix",
     "ldmatrix_x1", "ldmatrix_x2", "ldmatrix_x4", "mma_sync_m16n8k16_f16_f32", "mma_sync_m16n8k16_bf16_f32",
     "mma_sync_m16n8k8_tf32", "math_primitive", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs_",
@@ -134,6 +136,25 @@ def atomic_add(address: Any, value: Any) -> Call:
     short = _short(elem, ATOMIC_ADD_TYPES, "atomic_add")
     value = convert(value)
     return lookup_primitive(f"atomic_add_{short}")(ptr, value if infer_type(value) is elem else Cast(value, elem))
+
+
+def load_streaming(address: Any) -> Call:
+    """``__ldcs(address)`` (PTX ``ld.global.cs``): a global load marked cache-streaming,
+    evict-first, for data read once. `address`: a pointer (or tensor element) to f32,
+    float32x2 or float32x4 in global memory, aligned to its size."""
+    ptr = _pointer(address, "load_streaming")
+    short = _short(infer_type(ptr).base, STREAMING_TYPES, "load_streaming")
+    return lookup_primitive(f"ldcs_{short}")(ptr)
+
+
+def store_streaming(address: Any, value: Any) -> Call:
+    """``__stcs(address, value)`` (PTX ``st.global.cs``): a global store marked
+    cache-streaming, for data not read again soon; types as `load_streaming`."""
+    ptr = _pointer(address, "store_streaming")
+    elem = infer_type(ptr).base
+    short = _short(elem, STREAMING_TYPES, "store_streaming")
+    value = convert(value)
+    return lookup_primitive(f"stcs_{short}")(ptr, value if infer_type(value) is elem else Cast(value, elem))
 
 
 def cvta_to_shared(pointer: Any) -> Call:

@@ -13,6 +13,9 @@ Three families, registered on import (``hidet_framework.ir.primitives``):
   per value type: ``shfl_down_sync_f32``…), ``atomic_add_f32`` / ``atomic_add_i32``,
   ``cvta_to_shared`` (a generic pointer to a 32-bit shared-memory address, what PTX
   operands want) and ``dynamic_smem`` (the kernel's dynamic shared memory, bytes).
+- **Streaming global accesses**: ``ldcs_<t>`` / ``stcs_<t>`` for ``f32``, ``f32x2``,
+  ``f32x4`` print as ``__ldcs`` / ``__stcs`` (PTX ``ld.global.cs`` / ``st.global.cs``:
+  cache-streaming, evict-first, for data touched once).
 
 Tensor-core and async-copy instructions are not primitives: `hidet_plugin_cuda.lang`
 builds them as ``AsmStmt`` (inline PTX) directly in the IR, so their register operands
@@ -26,7 +29,7 @@ from hidet_framework.ir.math_functions import register_math_spellings
 from hidet_framework.ir.primitives import PrimitiveFunction
 from hidet_framework.ir.primitives import register_primitive as _register_core
 
-__all__ = ["CUDA_MATH", "SHUFFLE_TYPES", "ATOMIC_ADD_TYPES", "DYNAMIC_SMEM_NAME", "CUDA_TEMPLATES"]
+__all__ = ["CUDA_MATH", "SHUFFLE_TYPES", "ATOMIC_ADD_TYPES", "STREAMING_TYPES", "DYNAMIC_SMEM_NAME", "CUDA_TEMPLATES"]
 
 KIND = "cuda"
 DYNAMIC_SMEM_NAME = "hidet_dyn_smem"  # declared by the code generator's preamble
@@ -44,6 +47,9 @@ FAST_MATH_F32 = {"fast_exp_f32": "__expf({0})", "fast_log_f32": "__logf({0})"}
 SHUFFLE_TYPES = {"f32": dtypes.float32, "i32": dtypes.int32, "u32": dtypes.uint32,
                  "f64": dtypes.float64, "i64": dtypes.int64}
 ATOMIC_ADD_TYPES = {"f32": dtypes.float32, "i32": dtypes.int32, "u32": dtypes.uint32, "f64": dtypes.float64}
+# element types of the streaming loads/stores (what __ldcs/__stcs take a pointer to)
+STREAMING_TYPES = {"f32": dtypes.float32, "f32x2": dtypes.vector_type(dtypes.float32, 2),
+                   "f32x4": dtypes.vector_type(dtypes.float32, 4)}
 
 # Every cuda spelling registered here: the code generator reserves the identifiers
 # they use (``expf``, ``__shfl_down_sync``...) so no IR variable can shadow them.
@@ -91,6 +97,14 @@ def _register_sync_warp_atomic() -> None:
     register_primitive(PrimitiveFunction("dynamic_smem", None, {KIND: DYNAMIC_SMEM_NAME}))
 
 
+def _register_streaming() -> None:
+    for short, t in STREAMING_TYPES.items():
+        # the pointer argument prints as e.g. `(float4*)&a[i]`; __ldcs takes const T*
+        register_primitive(PrimitiveFunction(f"ldcs_{short}", t, {KIND: "__ldcs({0})"}))
+        register_primitive(PrimitiveFunction(f"stcs_{short}", None, {KIND: "__stcs({0}, {1})"}))
+
+
 _register_indices()
 _register_math()
 _register_sync_warp_atomic()
+_register_streaming()
