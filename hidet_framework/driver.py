@@ -31,6 +31,7 @@ from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_g
 from hidet_framework.graph.passes import (
     FUSED_OPERATOR, FUSION_PASSES, GRAPH_PASSES, GraphPassContext, interpret_task, run_graph_passes,
 )
+from hidet_framework.graph.passes.base import attributes_key
 from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
 from hidet_framework.schedule import ScheduledTask, auto_schedule
 
@@ -245,8 +246,6 @@ def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: st
     fingerprint, target, space, operator name, attributes). `op_name` and
     `attributes` (the operator's; by default those recorded on the task) select and
     parameterise templates."""
-    from hidet_framework.graph.passes.base import attributes_key
-
     kind = resolve_target(target)
     op_name = op_name or task.name
     if attributes is None:  # the attributes the operator recorded on its task
@@ -299,7 +298,7 @@ def compile_fused(task: Task, group: FusionGroup, target: str = "cpu", space: in
     except FusionError as exc:
         members = [compile_task(m.task, kind, space, op_name=m.name, attributes=dict(m.attributes))
                    for m in group.members]
-        compiled: Any = ChainedTask(task, group, members, str(exc))
+        compiled: Any = ChainedTask(task, group, members, str(exc) or type(exc).__name__)
     else:
         compiled = _build(task, scheduled, kind)
     with _lock:

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 
 from hidet_framework.backend.signature import numpy_dtype
+from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
@@ -282,8 +283,10 @@ class CompiledGraph:
             if group is None:
                 rows.append(GroupReport(op.name, "single", launches, source))
                 continue
-            reason = getattr(task, "fallback_reason", "")
-            rows.append(GroupReport(group.describe(), "separate" if reason else "fused", launches, source, reason))
+            if isinstance(task, ChainedTask):
+                rows.append(GroupReport(group.describe(), "separate", launches, source, task.fallback_reason))
+            else:
+                rows.append(GroupReport(group.describe(), "fused", launches, source))
         return rows
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ import pytest
 import hidet_framework as hf
 from hidet_framework import driver
 from hidet_framework.compute import Task, compute, tensor_input
-from hidet_framework.fusion import FusionError, FusionGroup, Member, Source, fuse_group
+from hidet_framework.fusion import FusionError, FusionGroup, Member, Source, compose_task, fuse_group
 from hidet_framework.ir.expr import Address, TensorElement, var
 from hidet_framework.ir.func import Function, module
 from hidet_framework.ir.stmt import BufferStoreStmt, EvaluateStmt, ForStmt, seq
@@ -160,3 +160,25 @@ def test_engine_grafts_into_every_launch_of_a_multi_stage_anchor(rng):
         evaluate_function(fused.module.functions[launch.function],
                           *[pools[r.kind][r.index] for r in launch.buffers], module=fused.module)
     np.testing.assert_allclose(out, 2 * xv - (2 * xv).max(1, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["evaluator"])
+def test_a_refusal_without_a_message_is_still_reported_separate(target, fx, rng, monkeypatch):
+    """The report tells a fallback from a graft by what ran, not by the message."""
+    fx.need_ops("matmul", "relu")
+    driver.clear_task_cache()
+
+    def refuse(scheduled, group):
+        raise FusionError()
+
+    monkeypatch.setattr(driver, "fuse_group", refuse)
+    x = hf.symbol((5, 7), "float32")
+    w = hf.constant(rng.standard_normal((7, 3)).astype(np.float32))
+    y = hf.ops.matmul(hf.ops.relu(x), w)
+    try:
+        fused, _ = fx.check(target, [y], [x], lambda xv: [np.maximum(xv, 0) @ w.storage], rng)
+    finally:
+        driver.clear_task_cache()
+    (row,) = fused.fusion_report()
+    assert row.status == "separate" and row.reason
+
