@@ -284,9 +284,11 @@ def compile_fused(task: Task, group: FusionGroup, target: str = "cpu", space: in
     scheduled as if alone (tuned as usual), its producers and consumers grafted onto
     its loads and stores. Where a graft is impossible, the members' own compiled tasks
     run one after another (a ChainedTask, whose ``fallback_reason`` says why).
-    Cached in-process by the fused task's fingerprint and the group's structure."""
+    Cached in-process by the fused task's fingerprint, the group's structure and the
+    members' attributes (which, as in `compile_task`, select and parameterise templates)."""
     kind = resolve_target(target)
-    key = ("fused", task.fingerprint(), kind, space, group.structure_key())
+    key = ("fused", task.fingerprint(), kind, space, group.structure_key(),
+           tuple(attributes_key(dict(m.attributes)) for m in group.members))
     with _lock:
         cached = _task_cache.get(key)
     if cached is not None:

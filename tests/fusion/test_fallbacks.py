@@ -182,3 +182,27 @@ def test_a_refusal_without_a_message_is_still_reported_separate(target, fx, rng,
     (row,) = fused.fusion_report()
     assert row.status == "separate" and row.reason
 
+
+def test_fused_cache_keys_on_the_members_attributes(monkeypatch):
+    """compile_fused, like compile_task, schedules again when an anchor's attributes
+    (which select and parameterise templates) differ, even on the same tasks."""
+    group, _ = _copy_group()
+    seen = []
+    real = driver._schedule_for
+
+    def record(task, op_name, kind, space, attributes):
+        seen.append(dict(attributes))
+        return real(task, op_name, kind, space, attributes)
+
+    monkeypatch.setattr(driver, "_schedule_for", record)
+    driver.clear_task_cache()
+    try:
+        for tile in (1, 2):
+            members = list(group.members)
+            members[1] = Member("inc", members[1].task, {"tile": tile}, "anchor", members[1].sources)
+            other = FusionGroup(members, group.anchor, group.outputs, group.num_inputs)
+            task = compose_task(other, [(4,)], ["float32"])
+            driver.compile_fused(task, other, driver.EVALUATOR_TARGET)
+    finally:
+        driver.clear_task_cache()
+    assert seen == [{"tile": 1}, {"tile": 2}]
