@@ -71,16 +71,12 @@ def check_param_uses(fn: Function, param: Var, mode: str, shape: Sequence[int]) 
     ptype = param.type
     if not isinstance(ptype, TensorType) or ptype.layout is not None:
         raise FusionError(f"{where}: not a row-major tensor parameter ({ptype})")
-    if tuple(_static(s) for s in ptype.shape) != tuple(int(s) for s in shape):
+    if tuple(ptype.shape) != tuple(int(s) for s in shape):
         raise FusionError(f"{where}: declared {ptype}, the buffer has shape {list(shape)}")
     uses = _ParamUses(param, mode)
     uses.visit(fn.body)
     if uses.problem:
         raise FusionError(f"{where}: the kernel {uses.problem}")
-
-
-def _static(extent: Any) -> Any:
-    return int(extent) if isinstance(extent, int) else extent
 
 
 def tensor_param(hint: str, dtype: Any, shape: Sequence[int]) -> Var:
@@ -125,9 +121,6 @@ class BoundKernel:
             params = self.functions[name].params
             out += [(name, params[p]) for p, k in enumerate(keys) if k == key]
         return out
-
-    def keys(self) -> set:
-        return {k for keys in self.bindings.values() for k in keys}
 
     def update(self, name: str, body: Any, drop: Var, add: Sequence[tuple[Var, Hashable]],
                replace_with: tuple[Var, Hashable] | None = None) -> None:

@@ -3,8 +3,8 @@
 A consumer ``y = f(x, other...)`` that is a bijection from `x` to `y` (elementwise,
 a permutation, a reshape: ``Task.inverse_map``) lets each store ``x[idx] = v`` become
 ``y[inv(idx)] = f(...)`` evaluated at the output index ``inv(idx)``, with the read of
-``x`` (one element, read once or more) replaced by `v` (bound once) and the other inputs (a bias, a residual) read at
-that index through new parameters. Every element of `y` is stored exactly when the
+``x`` (one element, read once or more) replaced by `v` (bound once) and the other
+inputs (a bias, a residual) read at that index through new parameters. Every element of `y` is stored exactly when the
 kernel stored the matching element of `x`, so nothing else about the kernel changes.
 """
 from __future__ import annotations

@@ -6,8 +6,8 @@ Rules, in this order (an operator joins at most one group):
 1. Anchors are the operators that are not injective (matmul, reductions, pooling...).
    Each anchor's output grows an epilogue chain: its single consumer joins when that
    consumer is injective with one output and a bijection from this input to its output
-   (``Task.inverse_map``), reading one element of it per output element; its other inputs (a bias, a residual) become
-   inputs of the group. Epilogues come first: a value stored once by the anchor is
+   (``Task.inverse_map``), reading one element of it per output element; its other
+   inputs (a bias, a residual) become inputs of the group. Epilogues come first: a value stored once by the anchor is
    cheaper than one recomputed on every load by the next anchor's prologue.
 2. Each anchor's inputs grow prologue trees: an input's producer joins when it is
    injective with one output. Producers of producers follow.
