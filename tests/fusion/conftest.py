@@ -5,6 +5,7 @@ Tests get them through fixtures (test modules cannot import a conftest under
 importlib mode)."""
 from __future__ import annotations
 
+import os
 import types
 from typing import Callable, Sequence
 
@@ -16,8 +17,6 @@ from hidet_framework import driver
 from hidet_framework.compute import Task, compute, reduce, tensor_input
 from hidet_framework.extension import plugin_host
 from hidet_framework.graph import Operator, Tensor
-
-
 
 
 def _need_target(target: str) -> None:
@@ -67,5 +66,8 @@ def fx() -> types.SimpleNamespace:
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
+def rng(request) -> np.random.Generator:
+    """Fresh random inputs every run; the seed is printed (shown when the test fails)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed} for {request.node.name}")
+    return np.random.default_rng(seed)
