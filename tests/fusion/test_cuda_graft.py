@@ -56,3 +56,33 @@ def test_fused_cuda_matmul_candidates_compile(tmp_path, monkeypatch, fx):
         fused += 1
     assert fused >= 3
     print(f"\n{fused} fused CUDA candidates compiled to sm_90; {refused} refused the graft")
+
+
+def test_tensor_core_split_k_and_pad_launches_take_each_graft_once(fx):
+    """Multi-launch candidates (IR only, no compiler): under split-K the epilogue lands
+    on the reduce launch's final store only (the partial sums stay in the workspace);
+    under "pad" the prologue lands on the pad launch, the one that reads A, under its
+    guard; a cp.async main kernel refuses."""
+    fx.need_ops("matmul", "relu", "add")
+    pytest.importorskip("hidet_plugin_cuda")
+    from hidet_plugin_cuda.target import default_cuda_target
+    from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul, tc_space
+
+    target, template = default_cuda_target(), CudaTensorCoreMatmul()
+    group = _group("float16", 61, 97, 131)  # K % 8 != 0: register staging, or a pad launch
+    anchor = group.anchor_member
+    space = tc_space(target, 2)
+    split = next(p for p in space if p["split_k"] > 1 and not p.get("pad"))
+    pad = next(p for p in space if p.get("pad"))
+    fused = fuse_group(template.build(anchor.task, dict(anchor.attributes), split, target), group)
+    main, reduce_ = fused.launches
+    assert all(r.kind != "output" for r in main.buffers) and ("input", 0) in [(r.kind, r.index) for r in main.buffers]
+    assert [(r.kind, r.index) for r in reduce_.buffers] == [("workspace", 0), ("output", 0), ("input", 2)]
+    fused = fuse_group(template.build(anchor.task, dict(anchor.attributes), pad, target), group)
+    pad_launch, main = fused.launches
+    assert ("input", 0) in [(r.kind, r.index) for r in pad_launch.buffers]
+    assert ("input", 0) not in [(r.kind, r.index) for r in main.buffers]
+    aligned = _group("float16", 64, 96, 128)  # cp.async takes A's address: no graft
+    with pytest.raises(FusionError, match="address"):
+        fuse_group(template.build(aligned.anchor_member.task, dict(aligned.anchor_member.attributes), split, target),
+                   aligned)

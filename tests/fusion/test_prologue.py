@@ -46,3 +46,28 @@ def test_reduction_of_a_broadcast_producer(target, fx, rng):
     y = fx.row_sum(hf.ops.mul(hf.ops.broadcast_to(x, [5, 13]), s))
     fused, unfused = fx.check(target, [y], [x, s], lambda xv, sv: [(xv * sv).sum(1)], rng)
     assert (fused.num_launches, unfused.num_launches) == (1, 3)
+
+
+@pytest.mark.parametrize("producer", ["slice", "pad", "concat"])
+def test_guarded_template_reads_evaluate_the_producer_in_range(producer, fx, rng):
+    """The CPU template reads past M and N only under a guard (zero-padded panels);
+    the grafted producer sits inside that guard, so with bounds checks compiled in
+    (``bounds_check``) no read of the producer's inputs is out of range."""
+    from hidet_framework import driver
+    from hidet_framework.transforms.pass_context import PassContext
+
+    fx.need_ops("matmul", producer)
+    a, c, b = hf.symbol((9, 17), "float32"), hf.symbol((7, 6), "float32"), hf.symbol((13, 11), "float32")
+    build = {"slice": lambda: (hf.ops.slice(a, [1, 2], [8, 15]), [a], lambda av: av[1:8, 2:15]),
+             "pad": lambda: (hf.ops.pad(c, [0, 3, 0, 4]), [c], lambda cv: np.pad(cv, ((0, 0), (3, 4)))),
+             "concat": lambda: (hf.ops.concat([c, hf.ops.slice(a, [0, 0], [7, 7])], 1), [c, a],
+                                lambda cv, av: np.concatenate([cv, av[:7, :7]], 1))}[producer]
+    x, inputs, ref = build()
+    driver.clear_task_cache()
+    try:
+        with PassContext(config={"bounds_check": True}):
+            fused, _ = fx.check("cpu", [hf.ops.matmul(x, b)], inputs + [b],
+                                lambda *vs: [ref(*vs[:-1]) @ vs[-1]], rng)
+    finally:
+        driver.clear_task_cache()
+    assert [r.status for r in fused.fusion_report()][-1] == "fused"
