@@ -21,6 +21,12 @@ A candidate is a dict of ints/strings (JSON-serialisable, so the tuning cache ke
 - ``lanes``: float32 lanes of one SIMD vector (the candidate carries its width, so a
   candidate of a narrower target still builds here).
 - ``ku``: unroll factor hint of the K loop.
+- ``bpack`` (absent: ``"full"``): ``"full"`` packs a B column sub-block over all of K
+  once and re-uses it for every row block (best when M is large); ``"block"`` packs
+  B only ``kc x nsub`` at a time into a block that stays in L2, in GotoBLAS order
+  (K block outside the row blocks, partial sums in a workspace), and spreads
+  (batch entry, N sub-block) items over the cores: B is read from memory once and
+  never written back, which is what a short M or a batch of small matrices needs.
 
 Nothing here looks at M, N or K: the template clamps the blocks to the shape at build
 time and zero-pads the edges, so every candidate is legal for every shape.
@@ -75,10 +81,38 @@ def _blocks(facts: dict, mr: int, nr: int, order: str, kc_scale: float, l2_scale
 
 
 def candidate(facts: dict, mr: int, nv: int, order: str, kc_scale: float = 1.0,
-              l2_scale: float = 1.0, split: str = "n", ku: int = 4) -> dict:
+              l2_scale: float = 1.0, split: str = "n", ku: int = 4, bpack: str = "full") -> dict:
     nr = nv * facts["lanes"]
-    return {"mr": mr, "nr": nr, "lanes": facts["lanes"], "order": order, **_blocks(facts, mr, nr, order, kc_scale, l2_scale),
-            "split": split, "workers": facts["cores"], "ku": ku}
+    out = {"mr": mr, "nr": nr, "lanes": facts["lanes"], "order": order, **_blocks(facts, mr, nr, order, kc_scale, l2_scale),
+           "split": split, "workers": facts["cores"], "ku": ku}
+    if bpack != "full":
+        out["bpack"] = bpack   # absent means "full", so older cached candidates stay valid
+    return out
+
+
+def _block_candidates(facts: dict, tiles: list[tuple[int, int]], level: int) -> list[dict]:
+    """``bpack="block"`` candidates. Besides the default tile, tiles whose mr is a power
+    of two (8 x 3, 16 x 1, 8 x 2, 4 x 4 vectors with 512-bit registers): short and
+    batched row counts are usually powers of two, and a tile that divides them computes
+    no padding rows (12 rows compute 24 for a 16-row M). Chosen from the register file
+    only, like every tile."""
+    default = _default_tile(facts)
+    pow2 = [t for t in tiles if t[0] & (t[0] - 1) == 0 and t[0] >= 4]
+    if level == 1:
+        picks = [(default, "a_in_l1"), (default, "b_in_l1")]
+        if pow2:
+            tallest = max(pow2, key=lambda t: t[0])       # first of the tallest (16 x 1)
+            shortest = min(pow2, key=lambda t: t[0])      # first of the shortest (4 x 4)
+            picks += [(t, "a_in_l1") for t in pow2[:2]] + [(pow2[0], "b_in_l1"),
+                                                          (tallest, "a_in_l1"), (shortest, "b_in_l1")]
+    else:
+        picks = list(itertools.product([default] + [t for t in pow2 if t != default] + tiles[:4], ("a_in_l1", "b_in_l1")))
+    out = []
+    for (mr, nv), order in picks:
+        c = candidate(facts, mr, nv, order, bpack="block")
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def default_params(target: Any) -> dict:
@@ -116,7 +150,11 @@ def cpu_matmul_space(target: Any, level: int) -> list[dict]:
         for mr, nv in top[:2]:
             add(candidate(facts, mr, nv, "a_in_l1", split="m"))
             add(candidate(facts, mr, nv, "a_in_l1", ku=1))
+        for c in _block_candidates(facts, tiles, 1):
+            add(c)
         return out[:30]
+    for c in _block_candidates(facts, tiles, 2):
+        add(c)
     for (mr, nv), order, kc_scale, l2_scale, split in itertools.product(
             tiles, ("a_in_l1", "b_in_l1"), (1.0, 0.5, 2.0), (1.0, 0.5), ("n", "m")):
         add(candidate(facts, mr, nv, order, kc_scale, l2_scale, split))

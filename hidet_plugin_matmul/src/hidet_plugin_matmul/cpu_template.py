@@ -25,6 +25,10 @@ tensor-element reads ``a[element_index(...)]`` / ``b[...]``; the output is writt
 by ``c[...] = value`` in the final store, exactly once per element. Partial sums of
 the K blocks therefore live in a workspace, never in C.
 
+A second loop order, for short M and batches, is chosen by the candidate key
+``bpack="block"`` (``_build_block``): B packed kc x nsub at a time inside the K loop,
+work items over (batch entry, N sub-block). Same fusion contract, same padding.
+
 Edges: panels are zero-padded (rows past M in A, columns past N in B), so the
 micro-kernel always runs a full tile; only the store to C is predicated.
 """
@@ -89,6 +93,8 @@ def _shape_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], worker
 
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
                      name: str = "matmul_cpu_packed") -> ScheduledTask:
+    if params.get("bpack", "full") == "block":
+        return _build_block(attributes, params, target, name)
     facts = target_facts(target)
     p = _shape_plan(attributes, params, int(params.get("workers", facts["cores"])))
     lanes = int(params.get("lanes", facts["lanes"]))
@@ -224,6 +230,184 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
 
     module = script_module(matmul_cpu_packed, name=name)
     workspace = (WorkspaceSpec("bpack", "float32", (workers * bpack_size,)),
+                 WorkspaceSpec("apack", "float32", (workers * apack_size,)),
+                 WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
+    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
+                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
+    return ScheduledTask(module, (launch,), workspace, source="matmul.cpu_packed", params=dict(params))
+
+
+def _block_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], workers: int) -> dict:
+    """Blocks of the ``bpack="block"`` variant, clamped to this shape: work items are
+    (batch entry, N sub-block) pairs, their count made a multiple of the workers where
+    N has enough panels for it; each item covers all M rows, walked in ``mc`` rows."""
+    m, n, k = (int(attributes[x]) for x in ("m", "n", "k"))
+    batch = int(attributes.get("batch", 1))
+    mr, nr = int(params["mr"]), int(params["nr"])
+    kc = max(1, min(int(params["kc"]), k))
+    panels_total = max(1, _ceil_div(n, nr))
+    max_sub = max(1, int(params["nsub"]) // nr)
+    nsb = min(panels_total, _ceil_div(panels_total, max_sub))
+    for more in range(nsb, min(panels_total, nsb * workers) + 1):
+        if (batch * more) % workers == 0:
+            nsb = more
+            break
+    sub_panels = _ceil_div(panels_total, nsb)
+    nsb = _ceil_div(panels_total, sub_panels)
+    items = batch * nsb
+    mc = max(mr, min(int(params["mc"]) // mr * mr, _ceil_div(max(m, 1), mr) * mr))
+    return {
+        "m": m, "n": n, "k": k, "mr": mr, "nr": nr, "kc": kc, "mc": mc, "batch": batch,
+        "k_blocks": max(1, _ceil_div(k, kc)), "m_tiles": mc // mr, "panels_total": panels_total,
+        "sub_panels": sub_panels, "nsb": nsb, "items": items, "per_worker": _ceil_div(items, workers),
+        "workers": workers,
+    }
+
+
+def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
+                 name: str) -> ScheduledTask:
+    """The ``bpack="block"`` variant (GotoBLAS-like loop order, for short M and batches):
+
+        parallel over workers w: for each of w's items (batch entry bi, N sub-block sb):
+            for each mc-row block:
+                for each K block (kc deep):
+                    pack A[rows, K block] (mc x kc) and B[K block, sb] (kc x nsub,
+                    read row by row: contiguous) into w's private buffers
+                    micro-kernels over (A micro-panel, B micro-panel), partial sums
+                    of the K blocks in cpart[w] (mc x nsub), the last one stores C
+
+    B is packed only kc rows at a time, into a block that stays in cache: with a short
+    M, B is read from memory once and never written back (the full-K variant writes
+    and re-reads a K x nsub copy). Items are whole (batch entry, sub-block) pairs, so a
+    batch is spread over the workers without both packing the same A rows."""
+    facts = target_facts(target)
+    p = _block_plan(attributes, params, int(params.get("workers", facts["cores"])))
+    lanes = int(params.get("lanes", facts["lanes"]))
+    if p["nr"] % lanes:
+        raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
+    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    vec_ptr = PointerType(vec)
+    nv = p["nr"] // lanes
+    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
+    batch = p["batch"]
+    a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
+    a_batched, b_batched = bool(attributes["a_batched"]), bool(attributes["b_batched"])
+    out_rank = int(attributes["out_rank"])
+    a_shape = ((batch if a_batched else 1), m, k) if a_rank == 3 else (m, k)
+    b_shape = ((batch if b_batched else 1), k, n) if b_rank == 3 else (k, n)
+    c_shape = (batch, m, n) if out_rank == 3 else (m, n)
+    workers, m_tiles, sub_panels, nsb = p["workers"], p["m_tiles"], p["sub_panels"], p["nsb"]
+    k_blocks, panels_total, items = p["k_blocks"], p["panels_total"], p["items"]
+    work = spatial(workers, 1) * repeat(p["per_worker"], 1)   # worker w: items w*q .. w*q+q-1
+    a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
+    ku = int(params.get("ku", 4))
+    bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
+    apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
+    cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
+
+    def a_index(bi, row, col):
+        return element_index(a_rank, a_batched, bi, row, col)
+
+    def b_index(bi, row, col):
+        return element_index(b_rank, b_batched, bi, row, col)
+
+    def c_index(bi, row, col):
+        return element_index(out_rank, True, bi, row, col)
+
+    @script
+    def matmul_cpu_block(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape], bblk: f32[workers * bblk_size],
+                         apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            acc = register_tensor(vec, [mr, nv])
+            bv = register_tensor(vec, [nv])
+            tile = local_tensor(f32, [mr * nr])
+            for it, z in work.on(w):
+                if it < items:
+                    bi = it / nsb
+                    panel0 = (it % nsb) * sub_panels
+                    n_panels = min(sub_panels, panels_total - panel0)
+                    for mb in range((m + mc - 1) // mc):
+                        row_base = mb * mc
+                        n_tiles = min(m_tiles, (m - row_base + mr - 1) // mr)
+                        for kb in range(k_blocks):
+                            pc = kb * kc
+                            kcur = min(kc, k - pc)
+                            # ---- pack A[rows, pc:pc+kcur] into panels [tile][kc][mr], zero past M
+                            for t in range(n_tiles):
+                                for i in range(mr):
+                                    row = row_base + t * mr + i
+                                    dst = (w * m_tiles + t) * kc * mr + i
+                                    if row < m:
+                                        for kk in range(kcur):
+                                            apack[dst + kk * mr] = a[a_index(bi, row, pc + kk)]
+                                    else:
+                                        for kk in range(kcur):
+                                            apack[dst + kk * mr] = 0.0
+                            # ---- pack B[pc:pc+kcur, sub-block] row by row into [panel][kc][nr]
+                            for kk in range(kcur):
+                                for pp in range(n_panels):
+                                    col0 = (panel0 + pp) * nr
+                                    dst = ((w * sub_panels + pp) * kc + kk) * nr
+                                    if col0 + nr <= n:
+                                        for j in range(nr):
+                                            bblk[dst + j] = b[b_index(bi, pc + kk, col0 + j)]
+                                    else:
+                                        for j in range(nr):
+                                            bblk[dst + j] = b[b_index(bi, pc + kk, col0 + j)] if col0 + j < n else 0.0
+                            for outer in range(n_tiles if a_in_l1 else n_panels):
+                                for inner in range(n_panels if a_in_l1 else n_tiles):
+                                    ti = outer if a_in_l1 else inner
+                                    jp = inner if a_in_l1 else outer
+                                    part = ((w * m_tiles + ti) * sub_panels + jp) * mr * nr
+                                    if k_blocks > 1:
+                                        if kb == 0:
+                                            for i in static_range(mr):
+                                                for v in static_range(nv):
+                                                    acc[i, v] = cast(0.0, vec)
+                                        else:
+                                            for i in static_range(mr):
+                                                for v in static_range(nv):
+                                                    acc[i, v] = deref(cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr))
+                                    else:
+                                        for i in static_range(mr):
+                                            for v in static_range(nv):
+                                                acc[i, v] = cast(0.0, vec)
+                                    a_base = (w * m_tiles + ti) * kc * mr
+                                    b_base = (w * sub_panels + jp) * kc * nr
+                                    for kk in unroll(kcur, ku):
+                                        for v in static_range(nv):
+                                            bv[v] = deref(cast(address_of(bblk[b_base + kk * nr + v * lanes]), vec_ptr))
+                                        for i in static_range(mr):
+                                            av = apack[a_base + kk * mr + i]
+                                            for v in static_range(nv):
+                                                acc[i, v] += cast(av, vec) * bv[v]
+                                    if kb == k_blocks - 1:
+                                        # ---- final store: C only through element stores
+                                        for i in static_range(mr):
+                                            for v in static_range(nv):
+                                                tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
+                                                tp[0] = acc[i, v]
+                                        row0 = row_base + ti * mr
+                                        col0 = (panel0 + jp) * nr
+                                        if row0 + mr <= m and col0 + nr <= n:
+                                            for i in range(mr):
+                                                for j in range(nr):
+                                                    c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
+                                        else:
+                                            for i in range(mr):
+                                                for j in range(nr):
+                                                    if row0 + i < m and col0 + j < n:
+                                                        c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
+                                    else:
+                                        for i in static_range(mr):
+                                            for v in static_range(nv):
+                                                pp_ = cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr)
+                                                pp_[0] = acc[i, v]
+
+    module = script_module(matmul_cpu_block, name=name)
+    workspace = (WorkspaceSpec("bpack", "float32", (workers * bblk_size,)),
                  WorkspaceSpec("apack", "float32", (workers * apack_size,)),
                  WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
     launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),

@@ -76,6 +76,42 @@ def test_k_blocked_and_multi_block_edges(cpu_backend, target, rng):
     _check(cpu_backend, target, (2, 61, 131), (2, 131, 3 * params["nr"] - 1), dict(params, split="m"), rng)
 
 
+def _block_candidates(target):
+    return [p for p in TEMPLATE.space(target, 1) if p.get("bpack") == "block"]
+
+
+def test_level1_has_block_candidates(target):
+    assert len(_block_candidates(target)) >= 4
+
+
+@pytest.mark.parametrize("index,a_shape,b_shape", [(i, *s) for i, s in enumerate(SHAPES)])
+def test_block_candidates_match_numpy(cpu_backend, target, rng, index, a_shape, b_shape):
+    """The ``bpack="block"`` candidates of level 1 on the odd shapes (1, primes, batch,
+    broadcast batch): two per shape, in turn, so each candidate meets several shapes."""
+    cands = _block_candidates(target)
+    for params in (cands[(2 * index) % len(cands)], cands[(2 * index + 1) % len(cands)]):
+        _check(cpu_backend, target, a_shape, b_shape, params, rng)
+
+
+def test_block_variant_k_blocked_and_multi_item_edges(cpu_backend, target, rng):
+    """Small blocks: several K blocks (partial sums), row blocks, and (batch, sub-block)
+    items that do not divide evenly over the workers, with ragged edges."""
+    for params in _block_candidates(target)[1:3]:
+        small = dict(params, kc=32, mc=2 * params["mr"], nsub=params["nr"])
+        _check(cpu_backend, target, (61, 131), (131, 5 * params["nr"] + 5), small, rng)
+        _check(cpu_backend, target, (3, 29, 67), (3, 67, 2 * params["nr"] - 1), small, rng)
+        _check(cpu_backend, target, (3, 29, 67), (67, 2 * params["nr"] + 3), dict(small, workers=3), rng)
+
+
+def test_block_variant_touches_operands_only_through_elements(target):
+    task, attributes = matmul_task((2, 19, 23), (23, 29), "float32")
+    for params in _block_candidates(target)[:2]:
+        text = str(TEMPLATE.build(task, attributes, params, target).module)
+        for name in ("a", "b", "c"):
+            assert f"&{name}[" not in text
+        assert "c[" in text and "a[" in text and "b[" in text
+
+
 @pytest.mark.parametrize("index", [1, 5, 12, 21])
 def test_level1_candidates_match_numpy(cpu_backend, target, rng, index):
     space = TEMPLATE.space(target, 1)
