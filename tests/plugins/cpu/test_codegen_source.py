@@ -195,3 +195,16 @@ def test_while_break_asm_and_assign_print():
     text = generate(_function(body))
     assert "while (true) {" in text and "break;" in text
     assert '__asm__ __volatile__("mov %1, %0" : "=r"(i) : "r"(i + 1) : "memory");' in text
+
+
+@pytest.mark.parametrize("extent, pragma", [(8, "#pragma GCC unroll 8"), (64, "#pragma GCC unroll 64"), (2048, None)])
+def test_full_unroll_hints_only_for_short_loops(extent, pragma):
+    """A full-unroll hint on a long loop only costs compile time (gcc took minutes on
+    a 2048-step loop): it is passed on up to 64 iterations."""
+    out = var("out", tensor_type("float32", [extent]))
+    i = var("i")
+    source = generate(_function(ForStmt(i, extent, BufferStoreStmt(out, [i], 1.0), unroll=True), [out]), None)
+    if pragma:
+        assert pragma in source
+    else:
+        assert "#pragma GCC unroll" not in source
