@@ -38,14 +38,11 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import float32, vector_type
 from hidet_framework.ir.mapping import repeat, spatial
-from hidet_framework.ir.types import PointerType
-from hidet_framework.lang import (
-    address_of, attrs, cast, deref, f32, local_tensor, parallel, register_tensor, script, script_module,
-    static_range, unroll,
-)
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_space import cpu_matmul_space, target_facts
 from hidet_plugin_matmul.operators import OPERATOR, element_index
 
@@ -101,8 +98,6 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     if p["nr"] % lanes:
         raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
     vec = vector_type(float32, lanes) if lanes > 1 else float32
-    vec_ptr = PointerType(vec)
-    nv = p["nr"] // lanes
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     batch = int(attributes.get("batch", 1))
     a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
@@ -121,6 +116,8 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
+    micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
+                                     workers * bpack_size, workers * cpart_size)
 
     def a_index(bi, row, col):
         return element_index(a_rank, a_batched, bi, row, col)
@@ -137,8 +134,6 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
         for w in parallel(workers):
-            acc = register_tensor(vec, [mr, nv])
-            bv = register_tensor(vec, [nv])
             tile = local_tensor(f32, [mr * nr])
             for sb, iw in work.on(w):
                 panel0 = sb * sub_panels
@@ -181,36 +176,12 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                     for inner in range(n_panels if a_in_l1 else n_tiles):
                                         ti = outer if a_in_l1 else inner
                                         jp = inner if a_in_l1 else outer
-                                        # ---- micro-kernel: acc[mr, nv] += A panel x B panel
                                         part = ((w * m_tiles + ti) * sub_panels + jp) * mr * nr
-                                        if k_blocks > 1:
-                                            if kb == 0:
-                                                for i in static_range(mr):
-                                                    for v in static_range(nv):
-                                                        acc[i, v] = cast(0.0, vec)
-                                            else:
-                                                for i in static_range(mr):
-                                                    for v in static_range(nv):
-                                                        acc[i, v] = deref(cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr))
-                                        else:
-                                            for i in static_range(mr):
-                                                for v in static_range(nv):
-                                                    acc[i, v] = cast(0.0, vec)
                                         a_base = (w * m_tiles + ti) * kc * mr
                                         b_base = ((w * sub_panels + jp) * k + pc) * nr
-                                        for kk in unroll(kcur, ku):
-                                            for v in static_range(nv):
-                                                bv[v] = deref(cast(address_of(bpack[b_base + kk * nr + v * lanes]), vec_ptr))
-                                            for i in static_range(mr):
-                                                av = apack[a_base + kk * mr + i]
-                                                for v in static_range(nv):
-                                                    acc[i, v] += cast(av, vec) * bv[v]
+                                        micro_kernel(apack, bpack, cpart, tile, a_base, b_base, part, kb, kcur)
                                         if kb == k_blocks - 1:
                                             # ---- final store: C only through element stores
-                                            for i in static_range(mr):
-                                                for v in static_range(nv):
-                                                    tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
-                                                    tp[0] = acc[i, v]
                                             row0 = row_base + ti * mr
                                             col0 = (panel0 + jp) * nr
                                             if row0 + mr <= row_hi and col0 + nr <= n:
@@ -222,11 +193,6 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                                     for j in range(nr):
                                                         if row0 + i < row_hi and col0 + j < n:
                                                             c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                        else:
-                                            for i in static_range(mr):
-                                                for v in static_range(nv):
-                                                    pp_ = cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr)
-                                                    pp_[0] = acc[i, v]
 
     module = script_module(matmul_cpu_packed, name=name)
     workspace = (WorkspaceSpec("bpack", "float32", (workers * bpack_size,)),
@@ -286,8 +252,6 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     if p["nr"] % lanes:
         raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
     vec = vector_type(float32, lanes) if lanes > 1 else float32
-    vec_ptr = PointerType(vec)
-    nv = p["nr"] // lanes
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     batch = p["batch"]
     a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
@@ -304,6 +268,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
+    micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
+                                     workers * bblk_size, workers * cpart_size)
 
     def a_index(bi, row, col):
         return element_index(a_rank, a_batched, bi, row, col)
@@ -320,8 +286,6 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
         for w in parallel(workers):
-            acc = register_tensor(vec, [mr, nv])
-            bv = register_tensor(vec, [nv])
             tile = local_tensor(f32, [mr * nr])
             for it, z in work.on(w):
                 if it < items:
@@ -361,34 +325,11 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                     ti = outer if a_in_l1 else inner
                                     jp = inner if a_in_l1 else outer
                                     part = ((w * m_tiles + ti) * sub_panels + jp) * mr * nr
-                                    if k_blocks > 1:
-                                        if kb == 0:
-                                            for i in static_range(mr):
-                                                for v in static_range(nv):
-                                                    acc[i, v] = cast(0.0, vec)
-                                        else:
-                                            for i in static_range(mr):
-                                                for v in static_range(nv):
-                                                    acc[i, v] = deref(cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr))
-                                    else:
-                                        for i in static_range(mr):
-                                            for v in static_range(nv):
-                                                acc[i, v] = cast(0.0, vec)
                                     a_base = (w * m_tiles + ti) * kc * mr
                                     b_base = (w * sub_panels + jp) * kc * nr
-                                    for kk in unroll(kcur, ku):
-                                        for v in static_range(nv):
-                                            bv[v] = deref(cast(address_of(bblk[b_base + kk * nr + v * lanes]), vec_ptr))
-                                        for i in static_range(mr):
-                                            av = apack[a_base + kk * mr + i]
-                                            for v in static_range(nv):
-                                                acc[i, v] += cast(av, vec) * bv[v]
+                                    micro_kernel(apack, bblk, cpart, tile, a_base, b_base, part, kb, kcur)
                                     if kb == k_blocks - 1:
                                         # ---- final store: C only through element stores
-                                        for i in static_range(mr):
-                                            for v in static_range(nv):
-                                                tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
-                                                tp[0] = acc[i, v]
                                         row0 = row_base + ti * mr
                                         col0 = (panel0 + jp) * nr
                                         if row0 + mr <= m and col0 + nr <= n:
@@ -400,11 +341,6 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                                 for j in range(nr):
                                                     if row0 + i < m and col0 + j < n:
                                                         c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                    else:
-                                        for i in static_range(mr):
-                                            for v in static_range(nv):
-                                                pp_ = cast(address_of(cpart[part + i * nr + v * lanes]), vec_ptr)
-                                                pp_[0] = acc[i, v]
 
     module = script_module(matmul_cpu_block, name=name)
     workspace = (WorkspaceSpec("bpack", "float32", (workers * bblk_size,)),
