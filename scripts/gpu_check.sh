@@ -102,7 +102,7 @@ if wants tests; then
   step pytest_cuda timeout "${GPU_CHECK_PYTEST_TIMEOUT:-600}" "$PY" -m pytest -m cuda -v -rs \
     $GPU_CHECK_PYTEST_ARGS --junitxml="$OUT/pytest_cuda.xml"
 fi
-wants memcheck && step memcheck timeout 60 bash -c "$(declare -f sanitize); PY='$PY' sanitize"
+wants memcheck && step memcheck timeout "${GPU_CHECK_MEMCHECK_TIMEOUT:-240}" bash -c "$(declare -f sanitize); PY='$PY' sanitize"
 wants bench && step bench run_benchmarks
 
 if [ ${#FAILED[@]} -gt 0 ]; then
