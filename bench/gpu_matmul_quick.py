@@ -41,12 +41,16 @@ def _simt(tm, tn, wm, wn, lm, ln, bk):
 PICKS = {  # (dtype, m, n, k) -> candidates (members of the level-2 space), v1's winners included
     ("float32", 4096, 4096, 4096): [_simt(8, 8, 4, 2, 4, 8, 16), _simt(8, 8, 2, 4, 8, 4, 16),
                                     _simt(8, 8, 2, 4, 8, 4, 8)],
-    ("float16", 4096, 4096, 4096): [_tile(256, 128, 64, 4, 2, 4), _tile(128, 256, 64, 2, 4, 4),
-                                    _tile(256, 128, 32, 4, 2, 5), _tile(128, 128, 64, 2, 4, 4)],
+    ("float16", 4096, 4096, 4096): [_tile(256, 128, 64, 4, 2, 4), _tile(256, 128, 64, 4, 2, 4, raster=8),
+                                    _tile(128, 256, 64, 2, 4, 4), _tile(128, 256, 64, 2, 4, 4, raster=8),
+                                    _tile(256, 128, 64, 4, 2, 3), _tile(256, 128, 32, 4, 2, 4, raster=8),
+                                    _tile(128, 128, 64, 2, 2, 4), _tile(128, 128, 32, 2, 2, 4)],
     ("float16", 2039, 2039, 2039): [_tile(128, 128, 64, 2, 4, 2), _tile(128, 128, 64, 2, 4, 3, pad=1),
                                     _tile(128, 128, 32, 2, 4, 3, pad=1), _tile(256, 128, 64, 4, 2, 4, pad=1)],
-    ("float16", 1021, 3001, 997): [_tile(128, 128, 32, 2, 4, 3), _tile(128, 128, 32, 2, 4, 3, pad=1),
-                                   _tile(64, 128, 32, 2, 2, 4, pad=1), _tile(64, 128, 32, 2, 2, 4)],
+    ("float16", 1021, 3001, 997): [_tile(256, 128, 32, 4, 2, 4), _tile(128, 128, 32, 2, 4, 3),
+                                   _tile(128, 128, 32, 2, 4, 3, pad=1), _tile(64, 128, 32, 2, 2, 4, pad=1),
+                                   _tile(64, 128, 32, 2, 2, 4), _tile(128, 128, 32, 2, 2, 3, 2),
+                                   _tile(128, 128, 64, 2, 4, 3, pad=1), _tile(256, 128, 64, 4, 2, 4, pad=1)],
 }
 
 
@@ -92,6 +96,9 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
         except Exception as exc:
             log.write(f"  candidate {params} failed to run: {type(exc).__name__}: {exc}\n")
     tune_s = time.perf_counter() - started
+    if picks:  # every pick's figure, not just the winner's
+        for index in sorted(times, key=times.get):
+            print(f"  {dtype} {m}x{n}x{k} {flops / times[index] / 1e12:7.1f} TFLOP/s  {space[index]}", flush=True)
     best = min(times, key=times.get)
     st = template.build(task, attrs, space[best], target)
     loaded = compile_scheduled(st, backend, target)

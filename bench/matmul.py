@@ -181,6 +181,7 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     started = time.perf_counter()
     fn = compile_task(task, "cuda", space=args.space)
     tuning = time.perf_counter() - started
+    candidates = _cuda_candidates(task, args.space)
     tdt = getattr(torch, dtype)
     a = torch.randn(a_shape, device="cuda", dtype=tdt)
     b = torch.randn(b_shape, device="cuda", dtype=tdt)
@@ -192,17 +193,20 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     error = rel_error(c.double().cpu().numpy(), ref.double().cpu().numpy())
 
     def timed(f) -> float:
-        f()
+        """Median seconds of one run: events around each run, all queued back to back
+        after warm-ups with one synchronisation at the end, so the GPU never waits for
+        the host's launch (a sync per run would add the launch latency to both sides)."""
+        for _ in range(3):
+            f()
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(args.repeat):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(args.repeat)]
+        for start, end in events:
             start.record()
             f()
             end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
 
     # time the launch list bound once to the tensors (as a compiled graph runs it), so the
     # per-call DLPack conversion of torch tensors is not counted as kernel time
@@ -220,7 +224,20 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     return {"shape": shape_text, "dtype": dtype, "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
             "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
             "reference": "torch float32" if big else "torch float64",
-            "candidates": None, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
+            "candidates": candidates, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
+
+
+def _cuda_candidates(task, space: int) -> int:
+    """How many candidates the tuner had for `task` at `space` (every template that applies)."""
+    from hidet_framework.driver import _usable_backend, _detected_target
+    from hidet_framework.extension import plugin_host
+    from hidet_framework.tuner.tuner import candidates_of
+
+    target = _detected_target(_usable_backend("cuda"))
+    attributes = dict(task.attributes)
+    templates = [t for t in plugin_host().templates.templates_for("matmul", "cuda")
+                 if not hasattr(t, "applies") or t.applies(task, attributes)]
+    return len(candidates_of(templates, target, space))
 
 
 # ----------------------------------------------------------------------- main
@@ -234,10 +251,12 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every shape (4096^3 included)")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16",
                         help="comma-separated dtypes on cuda (cpu runs float32)")
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs (median): 7 on cpu, 30 on cuda")
     parser.add_argument("--via-driver", action="store_true", help="compile through hidet_framework.driver")
     parser.add_argument("--keep-cache", action="store_true", help="use the user's tuning cache")
     args = parser.parse_args()
+    if args.repeat is None:
+        args.repeat = 7 if args.target == "cpu" else 30
 
     if args.target == "cpu" and any(v in os.environ for v in _BLAS_ENV):
         env = {k: v for k, v in os.environ.items() if k not in _BLAS_ENV}

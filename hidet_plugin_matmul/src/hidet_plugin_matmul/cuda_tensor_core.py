@@ -14,6 +14,8 @@ Space (block tile, warps, BK, stages, split-K):
   first and run cp.async on them (see the kernel module); the others keep v1's
   register-staged loads on unaligned rows. (Measured slower than register staging on
   2039^3 and 1021x3001x997, so they are extra candidates, not the default.)
+- v3: no guard that the static shape makes always true; a few ``raster`` candidates
+  that number blocks in groups of M tiles for L2 reuse (`block_tile`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ BLOCK_TILES = [
 # on aligned shapes they build the same kernel as the plain candidate
 PAD_STAGE = [((128, 128, 2, 4), 32, 3), ((128, 128, 2, 4), 64, 3), ((64, 128, 2, 2), 32, 4),
              ((256, 128, 4, 2), 64, 4)]
+# v3: candidates that number blocks in column groups of RASTER M tiles (see block_tile)
+RASTER = 8
 SPLIT_TILES = [(128, 128, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2)]
 DEFAULT = {"block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1}
 
@@ -72,11 +76,11 @@ def tc_space(target: Any, level: int) -> list[dict]:
             add(_params(tile, 64, 3))
         for tile in BLOCK_TILES[:3]:  # v2's best at 4096^3 is 256x128x64 with 4 stages
             add(_params(tile, 64, 4))
-        for tile in SPLIT_TILES[1:3]:
-            for split in (2, 4):
-                add(_params(tile, 32, 3, split))
+        for tile, split in ((SPLIT_TILES[1], 2), (SPLIT_TILES[1], 4), (SPLIT_TILES[2], 2)):
+            add(_params(tile, 32, 3, split))
         for tile, bk, stages in PAD_STAGE[:1]:
             add(dict(_params(tile, bk, stages), pad=1))
+        add(dict(_params(BLOCK_TILES[2], 64, 4), raster=RASTER))  # v3: L2-friendly block order
         return out
     for tile in BLOCK_TILES:
         for bk in (32, 64):
@@ -88,6 +92,9 @@ def tc_space(target: Any, level: int) -> list[dict]:
                 add(_params(tile, 32, stages, split))
     for tile, bk, stages in PAD_STAGE:
         add(dict(_params(tile, bk, stages), pad=1))
+    for tile in BLOCK_TILES[:3]:
+        for bk, stages in ((32, 4), (64, 3), (64, 4)):
+            add(dict(_params(tile, bk, stages), raster=RASTER))
     return out
 
 
@@ -97,7 +104,7 @@ class CudaTensorCoreMatmul(Template):
     name = "matmul.cuda_tensor_core"
     operator = "matmul"
     target = "cuda"
-    version = "2"
+    version = "3"
     priority = 2
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
@@ -112,7 +119,8 @@ class CudaTensorCoreMatmul(Template):
         p = dict(DEFAULT, **params)
         path = staging(ops, p)
         name = (f"matmul_tc_{dtype}_{ops.key()}_{p['block_m']}x{p['block_n']}x{p['block_k']}"
-                f"_w{p['warps_m']}x{p['warps_n']}_s{p['stages']}_sk{p['split_k']}_{path}")
+                f"_w{p['warps_m']}x{p['warps_n']}_s{p['stages']}_sk{p['split_k']}_{path}"
+                f"{'_r%d' % p['raster'] if p.get('raster') else ''}")
         module = build_tc_module(ops, dtype, p, name)
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
         launches: list = []

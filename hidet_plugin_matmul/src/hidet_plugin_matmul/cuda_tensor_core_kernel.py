@@ -217,6 +217,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     sta_plan = plan_offsets(sa_layout, a_origin, a_deltas, threads)
     stb_plan = plan_offsets(sb_layout, b_origin, b_deltas, threads)
 
+    grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
     out_dt = f32 if split > 1 else dt
     out_shape = (split, batch, m, n) if split > 1 else ops.c_shape
 
@@ -243,18 +244,23 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 out.append(mma(c, af[fb, mi, :], bf[fb, ni, :], c))
         return _seq(out)
 
+    # guards the static shape makes always true are not emitted (v3): every block tile
+    # whole in M / N, every k-tile whole in K (no split slice runs past the end)
+    m_whole, n_whole = m % bm == 0, nb % bn == 0 and n % bn == 0
+    k_whole = ka % bk == 0 and k % bk == 0 and tiles * split == tiles_all
+
     def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
         out = []
         for t, (di, dj) in enumerate(a_deltas):
             base, const = sta_plan.uses[t]
             row, col = m0 + ai + di, kbase + aj + dj
-            ok = _and(row < m, col < ka)
+            ok = _guard([(m_whole, row < m), (k_whole, col < ka)])
             src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
             out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
         for t, (di, dj) in enumerate(b_deltas):
             base, const = stb_plan.uses[t]
             row, col = kbase + bi + di, n0 + bj + dj
-            ok = _and(row < k, col < nb)
+            ok = _guard([(k_whole, row < k), (n_whole, col < nb)])
             src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
             out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
         return _seq(out)
@@ -283,7 +289,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     def matmul_tc(a: dt[a_shape], b: dt[b_shape], out: out_dt[out_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
-        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), batch * split)
+        attrs.cuda.grid_dim = (grid_n, grid_m, batch * split)
         attrs.cuda.block_dim = threads
         attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
         sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
@@ -298,8 +304,9 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         tid = cu.threadIdx.x
         bz = cu.blockIdx.z % batch
         zs = cu.blockIdx.z // batch
-        m0 = cu.blockIdx.y * bm
-        n0 = cu.blockIdx.x * bn
+        m_tile, n_tile = block_tile(cu.blockIdx.x, cu.blockIdx.y, grid_n, grid_m, params.get("raster", 0))
+        m0 = m_tile * bm
+        n0 = n_tile * bn
         k_begin = zs * (tiles * bk)
         for t, e in enumerate(base_offset_exprs(sa_layout, lda_origin(tid), lda_plan)):
             lda_off[t] = e
@@ -353,7 +360,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         for mi, ni, e in grid3(mt, nt, 4):
             row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
             col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
-            if row < m and col < n:
+            if _guard([(m_whole, row < m), (n % bn == 0, col < n)]):
                 out[out_index(zs, bz, row, col)] = acc[mi, ni, e]
 
     kernels = [matmul_tc]
@@ -390,7 +397,36 @@ def build_split_reduce(ops: MatmulOperands, dt: Any, split: int, name: str):
     return split_reduce
 
 
+def block_tile(bx: Any, by: Any, grid_n: int, grid_m: int, group: int) -> tuple:
+    """(M tile, N tile) of block (bx, by). group == 0: by, bx. Else blocks are numbered
+    row by row (the order they are dispatched in) and that number walks down columns of
+    `group` M tiles: the blocks resident at one time share fewer rows of A and columns
+    of B, so more of each stays in L2 between them."""
+    if group <= 1 or grid_m <= group:
+        return by, bx
+    lin = by * grid_n + bx
+    per_group = group * grid_n
+    first = lin // per_group * group
+    within = lin % per_group
+    if grid_m % group == 0:
+        rows: Any = group
+    else:  # the last group holds grid_m % group rows
+        rows = _sel(first + group <= grid_m, group, grid_m - first)
+    return first + within % rows, within // rows
+
+
 # ---- small IR builders used by the host helpers above ------------------------------
+def _guard(conditions: list) -> Any:
+    """The conjunction of the conditions not known true: (known true, condition) pairs."""
+    left = [cond for known, cond in conditions if not known]
+    if not left:
+        return True
+    out = left[0]
+    for cond in left[1:]:
+        out = _and(out, cond)
+    return out
+
+
 def grid3(a: int, b: int, c: int) -> list[tuple]:
     return [(x, y, z) for x in range(a) for y in range(b) for z in range(c)]
 
@@ -404,6 +440,8 @@ def _and(x: Any, y: Any) -> Any:
 def _sel(cond: Any, a: Any, b: Any) -> Any:
     from hidet_framework.ir.expr import IfThenElse, convert
 
+    if isinstance(cond, bool):  # known while tracing
+        return a if cond else b
     return IfThenElse(convert(cond), convert(a), convert(b))
 
 

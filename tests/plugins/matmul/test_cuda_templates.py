@@ -210,3 +210,27 @@ def test_tensor_core_matches_float64_reference(cuda_env, shapes, dtype):
     for params in picks:
         err = _run_case(cuda_env, t, params, *shapes, dtype, rng)
         assert err < 1e-2, (params, err)
+
+
+@pytest.mark.parametrize("grid_n, grid_m, group", [(32, 16, 8), (5, 11, 8), (3, 9, 4), (7, 3, 8), (1, 17, 8)])
+def test_raster_block_order_visits_every_tile_once(grid_n, grid_m, group):
+    from hidet_plugin_matmul.cuda_tensor_core_kernel import block_tile
+
+    tiles = [block_tile(bx, by, grid_n, grid_m, group) for by in range(grid_m) for bx in range(grid_n)]
+    assert sorted(tiles) == [(i, j) for i in range(grid_m) for j in range(grid_n)]
+    if grid_m > group:  # the first blocks walk down a column group, not along a row
+        assert tiles[1] == (1, 0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensor_core_raster_candidates_match_float64_reference(cuda_env, dtype):
+    # 11 M tiles of 128 (a last group of 3 rows under group 8), 2-3 N tiles, an odd K
+    rng = np.random.default_rng()
+    t = CudaTensorCoreMatmul()
+    picks = [p for p in t.space(cuda_env[1], 2) if p.get("raster")]
+    assert picks
+    for params in picks:
+        for shapes in (((1300, 72), (72, 300)), ((1408, 61), (61, 257))):
+            err = _run_case(cuda_env, t, params, *shapes, dtype, rng)
+            assert err < 1e-2, (params, shapes, err)
