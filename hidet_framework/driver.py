@@ -197,22 +197,28 @@ def _random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) ->
 
 def _tuner_hooks(task: Task, backend: Any, target: Any) -> tuple[Callable, Callable]:
     """The tuner's `prepare` (run in its build workers: lower + codegen + build, which
-    fills the build cache) and `measure` (here: load from that cache, time with the
-    device's timers on random inputs)."""
+    fills the build cache; returns the lowered module and the artifact) and `measure`
+    (here: load that artifact, time it with the device's timers). Every candidate is
+    timed on the same random inputs, made once: drawing and copying them per candidate
+    would cost more than the timing of large ones."""
     from hidet_framework.transforms.pipeline import lower
 
-    def prepare(scheduled: ScheduledTask) -> None:
+    def prepare(scheduled: ScheduledTask) -> tuple:
         lowered = lower(scheduled.module, target.kind)
-        backend.build(backend.codegen(lowered, target), target, name=lowered.name)
+        return lowered, backend.build(backend.codegen(lowered, target), target, name=lowered.name)
 
-    def measure(scheduled: ScheduledTask, repeat: int) -> list[float]:
+    buffers: dict[str, list] = {}
+
+    def measure(scheduled: ScheduledTask, repeat: int, prepared: tuple) -> list[float]:
         device = backend.device
-        loaded = backend.compile(lower(scheduled.module, target.kind), target)
-        compiled = CompiledTask(task, scheduled, loaded, device, target.kind)
-        rng = np.random.default_rng(0)
-        inputs = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng)) for t in task.inputs]
-        outputs = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
-        launches = compiled.bind(inputs, outputs, compiled.allocate_workspace())
+        lowered, artifact = prepared
+        compiled = CompiledTask(task, scheduled, backend.load(artifact, lowered), device, target.kind)
+        if not buffers:
+            rng = np.random.default_rng(0)
+            buffers["inputs"] = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng))
+                                 for t in task.inputs]
+            buffers["outputs"] = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
+        launches = compiled.bind(buffers["inputs"], buffers["outputs"], compiled.allocate_workspace())
 
         def run() -> None:
             for fn, args in launches:

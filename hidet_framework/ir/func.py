@@ -1,7 +1,6 @@
 """Functions and modules."""
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import Any, Mapping
 
 import attrs
@@ -24,8 +23,36 @@ FUNC_KINDS = ("public", "cpu_kernel", "cuda_kernel", "device", "host")
 FUNC_ATTR_KEYS = ("grid_dim", "block_dim", "dynamic_smem_bytes", "min_blocks")
 
 
+class FrozenMapping(Mapping):
+    """A read-only mapping that, unlike ``MappingProxyType``, pickles: the tuner's build
+    workers send lowered modules back to the process that times them."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        object.__setattr__(self, "_data", dict(data or {}))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenMapping is read-only")
+
+    def __reduce__(self):
+        return FrozenMapping, (self._data,)
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._data!r})"
+
+
 def _frozen_mapping(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(m or {}))
+    return FrozenMapping(m)
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)

@@ -9,7 +9,10 @@ fingerprint, target and template versions, so the next compile does no tuning.
 
 The tuner knows nothing of backends or the driver: the caller gives it `prepare`
 (ScheduledTask → anything picklable, run in the workers: lowering, codegen, build)
-and `measure` (ScheduledTask → run times in seconds, run here).
+and `measure` ((ScheduledTask, repeat, what `prepare` returned) → run times in
+seconds, run here). Workers send back each candidate's ScheduledTask together with
+`prepare`'s result, so this process neither rebuilds nor re-lowers a candidate: with
+a hundred candidates that serial work would cost more than timing them.
 """
 from __future__ import annotations
 
@@ -55,14 +58,14 @@ class TuningResult:
 _JOB: dict[str, Any] = {}
 
 
-def _prepare_one(index: int) -> tuple[int, Optional[str]]:
+def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
+    """(index, error or None, (ScheduledTask, prepare's result) or None)."""
     cand: Candidate = _JOB["candidates"][index]
     try:
         scheduled = cand.template.build(_JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
-        _JOB["prepare"](scheduled)
-        return index, None
+        return index, None, (scheduled, _JOB["prepare"](scheduled))
     except Exception as exc:  # one bad candidate must not stop the search
-        return index, f"{type(exc).__name__}: {exc}"
+        return index, f"{type(exc).__name__}: {exc}", None
 
 
 def _progress():
@@ -89,7 +92,7 @@ def candidates_of(templates: Sequence[Template], target: Target, level: int) -> 
 
 def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,
          templates: Sequence[Template], level: int,
-         prepare: Callable[[Any], Any], measure: Callable[[Any, int], list[float]],
+         prepare: Callable[[Any], Any], measure: Callable[[Any, int, Any], list[float]],
          cache: Optional[TuningCache] = None, workers: Optional[int] = None) -> TuningResult:
     """Tune `task` over the templates' candidates at space `level`."""
     started = time.perf_counter()
@@ -107,12 +110,10 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
         c = candidates[0]
         return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
 
-    failures = _build_all(task, attributes, target, candidates, prepare, workers)
-    failed = {i for i, _ in failures}
-    ok = [i for i in range(len(candidates)) if i not in failed]
-    if not ok:
+    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers)
+    if not prepared:
         raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
-    times = _measure_all(task, attributes, target, candidates, ok, measure)
+    times = _measure_all(prepared, measure)
     best = min(times, key=times.get)
     result = TuningResult(candidates[best].template, candidates[best].params, times[best], len(candidates),
                           tuple(failures), time.perf_counter() - started, False)
@@ -122,35 +123,36 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
     return result
 
 
-def _build_all(task, attributes, target, candidates, prepare, workers) -> list[tuple[int, str]]:
+def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[dict, list[tuple[int, str]]]:
+    """({index: (ScheduledTask, prepared)} of the candidates that built, sorted failures)."""
     _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare)
     workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
     failures: list[tuple[int, str]] = []
+    prepared: dict[int, Any] = {}
     try:
         pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
         with _progress() as progress, pool:
             bar = progress.add_task(f"building {len(candidates)} candidates", total=len(candidates))
             run = pool.imap_unordered if workers > 1 else map
-            for index, error in run(_prepare_one, range(len(candidates))):
+            for index, error, result in run(_prepare_one, range(len(candidates))):
                 if error:
                     failures.append((index, error))
+                else:
+                    prepared[index] = result
                 progress.advance(bar)
     finally:
         _JOB.clear()
-    return sorted(failures)
+    return prepared, sorted(failures)
 
 
-def _measure_all(task, attributes, target, candidates, indices, measure) -> dict[int, float]:
+def _measure_all(prepared: dict, measure) -> dict[int, float]:
     """Two rounds: 3 runs each; then 10 runs for those within 1.25x of the leader."""
     first: dict[int, float] = {}
-    built: dict[int, Any] = {}  # each candidate's ScheduledTask, built once for both rounds
     with _progress() as progress:
-        bar = progress.add_task(f"timing {len(indices)} candidates", total=len(indices))
-        for i in indices:
-            c = candidates[i]
+        bar = progress.add_task(f"timing {len(prepared)} candidates", total=len(prepared))
+        for i in sorted(prepared):
             try:
-                built[i] = c.template.build(task, attributes, c.params, target)
-                first[i] = statistics.median(measure(built[i], 3))
+                first[i] = statistics.median(measure(prepared[i][0], 3, prepared[i][1]))
             except Exception:  # a candidate that fails at run time loses
                 pass
             progress.advance(bar)
@@ -160,4 +162,4 @@ def _measure_all(task, attributes, target, candidates, indices, measure) -> dict
     close = sorted((i for i in first if first[i] <= 1.25 * leader), key=first.get)[:8]
     if len(close) == 1:
         return {close[0]: first[close[0]]}
-    return {i: statistics.median(measure(built[i], 10)) for i in close}
+    return {i: statistics.median(measure(prepared[i][0], 10, prepared[i][1])) for i in close}

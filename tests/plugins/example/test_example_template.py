@@ -40,7 +40,7 @@ def test_example_template_is_discovered_next_to_the_bundled_one(host_with_both):
 
 def _fake_measure(tiny_m):
     """Simple template: 1 ms on the tiny shape, 1 s otherwise; packed: 10 ms always."""
-    def measure(scheduled, runs):
+    def measure(scheduled, runs, prepared=None):
         simple = scheduled.source.startswith("example.")
         m = scheduled.module.functions[scheduled.launches[0].function].params[0].type.shape[-2]
         seconds = (1e-3 if m == tiny_m else 1.0) if simple else 1e-2
