@@ -20,6 +20,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--params", default="{}", help="JSON: the candidate's parameters (over the default)")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--template", default="auto", choices=("auto", "simt", "tensor_core", "wgmma"),
+                        help="auto: SIMT for fp32, mma.sync tensor cores otherwise")
     args = parser.parse_args()
 
     import torch
@@ -28,10 +30,12 @@ def main() -> None:
     from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
+    from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
     from hidet_plugin_matmul.operators import matmul_task
 
     m, n, k = (int(x) for x in args.shape.split("x"))
-    template = CudaSimtMatmul() if args.dtype == "float32" else CudaTensorCoreMatmul()
+    kind = args.template if args.template != "auto" else "simt" if args.dtype == "float32" else "tensor_core"
+    template = {"simt": CudaSimtMatmul, "tensor_core": CudaTensorCoreMatmul, "wgmma": CudaWgmmaMatmul}[kind]()
     backend = CudaBackend()
     target = backend.detect_target()
     task, attributes = matmul_task((m, k), (k, n), args.dtype)
@@ -48,7 +52,7 @@ def main() -> None:
     times = backend.device.time(lambda: run_scheduled(loaded, scheduled, [a, b], [c], backend.device, workspace),
                                 warmup=1, repeat=args.runs)
     ms = statistics.median(times) * 1e3
-    print(f"{args.dtype} {args.shape} {params}: {ms:.3f} ms, {2 * m * n * k / ms / 1e9:.1f} TFLOP/s, "
+    print(f"{template.name} {args.dtype} {args.shape} {params}: {ms:.3f} ms, {2 * m * n * k / ms / 1e9:.1f} TFLOP/s, "
           f"rel err {error:.1e}")
 
 

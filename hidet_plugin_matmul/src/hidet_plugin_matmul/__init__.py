@@ -1,5 +1,5 @@
 """hidet-plugin-matmul: the matmul and batch_matmul operators and their templates
-(CPU, CUDA SIMT, CUDA tensor core) with their hardware-centric schedule spaces."""
+(CPU, CUDA SIMT, CUDA tensor core with mma.sync and with Hopper's wgmma) with their hardware-centric schedule spaces."""
 from hidet_framework.extension import hookimpl
 
 from hidet_plugin_matmul.operators import batch_matmul, matmul
@@ -19,6 +19,8 @@ def register_templates(register):
     register("matmul.cpu_packed", CpuPackedMatmul())
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
+    from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
 
     register("matmul.cuda_simt", CudaSimtMatmul())
     register("matmul.cuda_tensor_core", CudaTensorCoreMatmul())
+    register("matmul.cuda_wgmma", CudaWgmmaMatmul())

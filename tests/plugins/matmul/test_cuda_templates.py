@@ -1,7 +1,7 @@
 """The CUDA matmul templates (SIMT fp32, tensor-core fp16/bf16).
 
 - compile-only (marker ``nvcc``, runs in CI without a GPU): every space-2 candidate of
-  both templates generates CUDA that compiles to an sm_90 cubin (the bf16 odd-shape
+  the templates generates CUDA that compiles to an sm_90 (wgmma: sm_90a) cubin (the bf16 odd-shape
   build, i.e. the register-staged path plus one pad candidate, at space 1 to keep CI
   time), in parallel on 2 processes through a fresh build cache; the time is printed.
 - GPU (marker ``cuda``): candidates run on shapes with primes and 1, batched operands
@@ -74,6 +74,13 @@ def _all_jobs():
     # ... and bf16 with odd K and N (the register-staged path; space 1 holds one pad candidate)
     task, attrs = matmul_task((61, 97), (97, 131), "bfloat16")
     jobs += [(CudaTensorCoreMatmul(), task, attrs, p, target) for p in CudaTensorCoreMatmul().space(target, 1)]
+    # wgmma (sm_90a): fp16 on every space-2 candidate, bf16 with edges in M, N and K at space 1
+    from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
+
+    task, attrs = matmul_task((192, 256), (256, 320), "float16")
+    jobs += [(CudaWgmmaMatmul(), task, attrs, p, target) for p in CudaWgmmaMatmul().space(target, 2)]
+    task, attrs = matmul_task((61, 200), (200, 136), "bfloat16")
+    jobs += [(CudaWgmmaMatmul(), task, attrs, p, target) for p in CudaWgmmaMatmul().space(target, 1)]
     return jobs
 
 

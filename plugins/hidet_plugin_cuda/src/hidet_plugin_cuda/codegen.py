@@ -19,7 +19,7 @@ Rules:
   runtime launches the kernels.
 - Scopes: SHARED arrays are ``__shared__ __align__(16)`` (constant size, no
   initialiser); REGISTER and LOCAL are plain locals. Dynamic shared memory is the
-  ``dynamic_smem`` primitive (``hidet_dyn_smem``, 16-byte aligned bytes), viewed as a
+  ``dynamic_smem`` primitive (``hidet_dyn_smem``, 1024-byte aligned bytes), viewed as a
   typed tensor with ``lang.dynamic_shared_tensor``.
 - Integers are spelled with built-in types (``int``, ``long long``…): NVRTC has no
   <stdint.h>. float16 is ``__half``, bfloat16 ``__nv_bfloat16``; arithmetic on either
@@ -82,8 +82,9 @@ HIDET_VEC_OPS(-)
 HIDET_VEC_OPS(*)
 HIDET_VEC_OPS(/)
 #undef HIDET_VEC_OPS
-/* dynamic shared memory of every kernel (its size is a launch parameter) */
-extern __shared__ __align__(16) unsigned char hidet_dyn_smem[];
+/* dynamic shared memory of every kernel (its size is a launch parameter); 1024-byte
+   aligned, the span of the 128-byte swizzle that wgmma descriptors address */
+extern __shared__ __align__(1024) unsigned char hidet_dyn_smem[];
 """
 
 

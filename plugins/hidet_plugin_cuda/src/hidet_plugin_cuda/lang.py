@@ -165,7 +165,7 @@ def cvta_to_shared(pointer: Any) -> Call:
 def dynamic_shared_tensor(dtype: Any, shape: Any, byte_offset: int = 0, layout: Any = None):
     """``buf = dynamic_shared_tensor(f32, [2, 64, 8], byte_offset=0)``: a tensor view over
     the kernel's dynamic shared memory (size set by ``attrs.cuda.dynamic_smem_bytes``);
-    the base is 16-byte aligned, so keep `byte_offset` a multiple of the access width."""
+    the base is 1024-byte aligned, so keep `byte_offset` a multiple of the access width."""
     from hidet_framework.lang.constructs import TensorDecl, _tensor_type
 
     ttype = _tensor_type(dtype, shape, layout)

@@ -1,0 +1,242 @@
+"""CUDA fp16 / bf16 matmul on Hopper's warpgroup tensor cores (wgmma, sm_90a).
+
+One block computes a BM x BN tile of C with `warpgroups` warpgroups stacked along M,
+each owning `m_tiles` m64 slices; one ``wgmma.mma_async m64nBNk16`` per slice and
+16-deep k-step reads both operands from shared memory, so the register file holds
+only the fp32 accumulators (m_tiles * BN / 2 per thread) and no fragments: what
+limits mma.sync (a warp re-reads its A and B fragments through registers for every
+m16n8 tile) is gone.
+
+Shared memory, `stages` buffers of BK = 64 (one 128-byte row of 16-bit elements):
+
+- A tile [BM, 64], K-major: row r at r * 128 bytes, its 16-byte chunks XOR-permuted by
+  r % 8 (`swizzle(row_major(BM, 64), vector=8, period=8)`), which is the hardware's
+  128-byte swizzle when the buffer is 1024-byte aligned. Descriptor: stride offset
+  1024 (8-row groups), start advanced 32 bytes per k16 step;
+- B tile [64, BN], N-major (B is row-major [K, N]): N split into 64-wide column blocks
+  of 64 x 128 bytes, each swizzled like A (``row_major(1, BN/64) * swizzle(...)``);
+  descriptor: leading offset 8192 (next 64 columns), stride offset 1024 (next 8 rows
+  of K), start advanced 2048 bytes per k16 step, transposed-B flag set.
+
+Global -> shared: cp.async 16-byte chunks in a `stages`-deep pipeline (rows must be
+16-byte aligned, so the template applies when K % 8 == 0 and N % 8 == 0; chunks past
+the edges are zero-filled). Per k-tile: wait for its copies, fence them into the async
+proxy, barrier, issue the 4 x m_tiles wgmmas, commit, queue the copy of the tile
+`stages - 1` ahead into the buffer the previous k-tile used, and wait for the wgmmas
+(so at the next barrier every warpgroup is done reading that buffer).
+C is written with guarded tensor-element stores (fusible), rounded to the dtype.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import data_type
+from hidet_framework.ir.layout import row_major, swizzle
+from hidet_framework.ir.mapping import auto_map
+from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
+from hidet_framework.lang.annotations import DTypeAnnotation
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.tuner.template import Template
+
+from hidet_plugin_matmul.cuda_matmul_common import (
+    MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
+)
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
+from hidet_plugin_matmul.cuda_tensor_core_kernel import _guard, _sel, _seq, block_tile
+
+BK = 64  # one 128-byte swizzle row of 16-bit elements
+DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
+
+
+def wgmma_config(params: Mapping[str, Any]) -> dict:
+    wg, mt, bn = params["warpgroups"], params["m_tiles"], params["block_n"]
+    bm = 64 * wg * mt
+    return {"bm": bm, "bn": bn, "threads": 128 * wg, "acc": mt * bn // 2,
+            "smem": params["stages"] * (bm + bn) * BK * 2}
+
+
+def wgmma_legal(params: Mapping[str, Any], target: Any) -> bool:
+    cfg = wgmma_config(params)
+    return cfg["smem"] <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
+
+
+def wgmma_space(target: Any, level: int) -> list[dict]:
+    """Block shapes from the register file (<= 128 accumulators a thread) and stages
+    from shared memory; empty on anything but sm_90 (wgmma is Hopper's)."""
+    if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
+        return []
+    out = [DEFAULT]
+
+    def add(p: dict) -> None:
+        p = dict(DEFAULT, **p)
+        if p not in out and wgmma_legal(p, target):
+            out.append(p)
+
+    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (1, 2, 256), (1, 2, 128), (1, 1, 256)]
+    if level >= 1:
+        for wg, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
+            for stages in ((3, 4) if level == 1 else (2, 3, 4, 5, 6)):
+                add({"warpgroups": wg, "m_tiles": mt, "block_n": bn, "stages": stages})
+        for wg, mt, bn in shapes[:3]:
+            add({"warpgroups": wg, "m_tiles": mt, "block_n": bn, "stages": 4, "raster": 8})
+    return out
+
+
+class CudaWgmmaMatmul(Template):
+    """fp16/bf16 matmul with wgmma (sm_90a); see the module docstring."""
+
+    name = "matmul.cuda_wgmma"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 1
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        ops = MatmulOperands(attributes)
+        return task_dtype(task) in ("float16", "bfloat16") and ops.k % 8 == 0 and ops.n % 8 == 0
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return wgmma_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        ops = MatmulOperands(attributes)
+        dtype = task_dtype(task)
+        p = dict(DEFAULT, **params)
+        if ops.k % 8 or ops.n % 8:
+            raise ValueError(f"{self.name}: rows of A and B must be 16-byte aligned (K, N multiples of 8), "
+                             f"got K={ops.k}, N={ops.n}")
+        name = (f"matmul_wgmma_{dtype}_{ops.key()}_wg{p['warpgroups']}x{p['m_tiles']}_n{p['block_n']}"
+                f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}"
+                f"{'_bswap' if p.get('b_offsets_swapped') else ''}")
+        module = script_module(build_wgmma_kernel(ops, dtype, p, name), name=name)
+        launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
+        return ScheduledTask(module, (launch,), (), source=self.name, params=p)
+
+
+def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
+    from hidet_plugin_cuda import hopper as hw
+    from hidet_plugin_cuda import lang as cu
+
+    cfg = wgmma_config(params)
+    bm, bn, threads, stages = cfg["bm"], cfg["bn"], cfg["threads"], params["stages"]
+    m_tiles = params["m_tiles"]
+    m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
+    tiles = max(1, ceil_div(k, BK))
+    grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
+    a_size, b_size = bm * BK, BK * bn
+    dt = DTypeAnnotation(data_type(dtype))
+    sa_layout = swizzle(row_major(bm, BK), vector=8, period=8)
+    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
+    # descriptor byte offsets (see the module docstring); `b_offsets_swapped` exists for
+    # the GPU probe that confirms which of the two the hardware reads for MN-major B
+    b_leading, b_stride = BK * 64 * 2, 8 * 64 * 2
+    if params.get("b_offsets_swapped"):
+        b_leading, b_stride = b_stride, b_leading
+
+    a_map, b_map = auto_map(bm, BK // 8, workers=threads), auto_map(BK, bn // 8, workers=threads)
+
+    def a_origin(t):
+        i, j = worker_origin(a_map, t)
+        return i, j * 8
+
+    def b_origin(t):
+        i, j = worker_origin(b_map, t)
+        return i, j * 8
+
+    a_deltas = [(i, j * 8) for i, j in static_tasks(a_map)]
+    b_deltas = [(i, j * 8) for i, j in static_tasks(b_map)]
+    sta_plan = plan_offsets(sa_layout, a_origin, a_deltas, threads)
+    stb_plan = plan_offsets(sb_layout, b_origin, b_deltas, threads)
+    m_whole, n_whole, k_whole = m % bm == 0, n % bn == 0, k % BK == 0
+
+    def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
+        out = []
+        for t, (di, dj) in enumerate(a_deltas):
+            base, const = sta_plan.uses[t]
+            row, col = m0 + ai + di, kbase + aj + dj
+            ok = _guard([(m_whole, row < m), (k_whole, col < k)])
+            src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+        for t, (di, dj) in enumerate(b_deltas):
+            base, const = stb_plan.uses[t]
+            row, col = kbase + bi + di, n0 + bj + dj
+            ok = _guard([(k_whole, row < k), (n_whole, col < n)])
+            src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
+            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+        return _seq(out)
+
+    def multiply(acc, sa, sb, stage, group):
+        out = []
+        for kk in range(BK // 16):
+            b_op = hw.wgmma_operand(sb[stage * b_size + sb_layout.offset(kk * 16, 0)], b_leading, b_stride)
+            for mi in range(m_tiles):
+                row0 = (group * m_tiles + mi) * 64
+                a_op = hw.wgmma_operand(sa[stage * a_size + row0 * BK + kk * 16], 16, 8 * BK * 2)
+                out.append(hw.wgmma_mma_async(acc[mi, :], a_op, b_op, bn, dtype, trans_b=True))
+        return _seq(out)
+
+    acc_regs = cfg["acc"]
+    ahead = stages - 1  # k-tiles in flight from global memory
+
+    def acc_list(acc):
+        return [acc[mi, j] for mi in range(m_tiles) for j in range(bn // 2)]
+
+    @script
+    def matmul_wgmma(a: dt[ops.a_shape], b: dt[ops.b_shape], c: dt[ops.c_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (grid_n, grid_m, batch)
+        attrs.cuda.block_dim = threads
+        attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
+        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
+        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        acc = register_tensor(f32, [m_tiles, bn // 2])
+        sta_off = register_tensor(i32, [len(sta_plan.bases)])
+        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        tid = cu.threadIdx.x
+        bz = cu.blockIdx.z
+        m_tile, n_tile = block_tile(cu.blockIdx.x, cu.blockIdx.y, grid_n, grid_m, params["raster"])
+        m0 = m_tile * bm
+        n0 = n_tile * bn
+        group = tid // 128
+        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
+            sta_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
+            stb_off[t] = e
+        ai, aj = a_origin(tid)
+        bi, bj = b_origin(tid)
+        for mi in static_range(m_tiles):
+            for j in static_range(bn // 2):
+                acc[mi, j] = 0.0
+        hw.wgmma_pin_registers(acc_list(acc), acc_regs)
+        for s in static_range(ahead):
+            if s < tiles:
+                copy_tiles(a, b, sa, sb, sta_off, stb_off, s, s * BK, m0, n0, bz, ai, aj, bi, bj)
+            cu.cp_async_commit_group()
+        for kt in range(tiles):
+            cu.cp_async_wait_group(ahead - 1)
+            hw.fence_proxy_async()
+            cu.syncthreads()
+            hw.wgmma_pin_registers(acc_list(acc), acc_regs)
+            hw.wgmma_fence()
+            multiply(acc, sa, sb, kt % stages, group)
+            hw.wgmma_commit_group()
+            if kt + ahead < tiles:
+                copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + ahead) % stages, (kt + ahead) * BK,
+                           m0, n0, bz, ai, aj, bi, bj)
+            cu.cp_async_commit_group()
+            # (leaving this group running while the next is issued made ptxas serialise
+            # every wgmma, C7514, in our tries: each k-tile's group is waited for here)
+            hw.wgmma_wait_group(0)
+            hw.wgmma_pin_registers(acc_list(acc), acc_regs)
+        lane = tid % 32
+        warp = tid % 128 // 32
+        for mi in static_range(m_tiles):
+            for j in static_range(bn // 8):
+                for e in static_range(4):
+                    row = m0 + (group * m_tiles + mi) * 64 + warp * 16 + lane // 4 + e // 2 * 8
+                    col = n0 + j * 8 + lane % 4 * 2 + e % 2
+                    if _guard([(m_whole, row < m), (n_whole, col < n)]):
+                        c[ops.c_index(bz, row, col)] = acc[mi, j * 4 + e]
+
+    return matmul_wgmma
