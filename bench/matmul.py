@@ -282,13 +282,21 @@ def main() -> None:
             for dtype in args.dtypes.split(","):
                 rows.append(bench_cuda(shape, dtype, args))
                 _print_row(rows[-1])
+                _write_json(rows, info, args)  # after every row: a cut-short run keeps its rows
     _print_table(rows, args)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"matmul_{args.target}_space{args.space}.json")
-        with open(path, "w") as f:
-            json.dump({"target": args.target, "space": args.space, "info": info, "rows": rows}, f, indent=2)
+    path = _write_json(rows, info, args)
+    if path:
         print(f"wrote {path}")
+
+
+def _write_json(rows: list, info: dict, args) -> str | None:
+    if not args.out:
+        return None
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"matmul_{args.target}_space{args.space}.json")
+    with open(path, "w") as f:
+        json.dump({"target": args.target, "space": args.space, "info": info, "rows": rows}, f, indent=2)
+    return path
 
 
 def _limit_blas(threads: int) -> None:

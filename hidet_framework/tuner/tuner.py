@@ -80,14 +80,20 @@ def _progress():
 
 
 def candidates_of(templates: Sequence[Template], target: Target, level: int) -> list[Candidate]:
-    """Level 0: the default of the highest-priority template; else every template's
-    bounded space."""
+    """Level 0: the default of the highest-priority template that has candidates on
+    `target`; else every template's bounded space."""
     if not templates:
         raise TuningError("no template to tune")
-    if level == 0:
-        best = max(templates, key=lambda t: t.priority)
-        return [Candidate(best, best.bounded_space(target, 0)[0])]
-    return [Candidate(t, p) for t in templates for p in t.bounded_space(target, level)]
+    if level == 0:  # a template may have no candidate on this target (e.g. an arch-specific one)
+        for best in sorted(templates, key=lambda t: -t.priority):
+            space = best.bounded_space(target, 0)
+            if space:
+                return [Candidate(best, space[0])]
+        raise TuningError(f"no template has a candidate for target {target.arch}")
+    out = [Candidate(t, p) for t in templates for p in t.bounded_space(target, level)]
+    if not out:
+        raise TuningError(f"no template has a candidate for target {target.arch}")
+    return out
 
 
 def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,

@@ -54,6 +54,18 @@ def test_level0_takes_the_default_of_the_highest_priority_template(cache):
     assert (r.template.name, r.params, r.candidates) == ("a", {"tile": 4}, 1)
 
 
+def test_level0_passes_over_a_template_with_no_candidate_on_the_target(cache):
+    # e.g. an arch-specific template (wgmma) on another GPU: its space is empty there
+    hopper_only = FakeTemplate("h", [], priority=5)
+    a = FakeTemplate("a", [4], priority=1)
+    r = tune(_task(), {}, "scale", TARGET, [hopper_only, a], 0, prepare=lambda s: s, measure=_measure,
+             cache=cache, workers=1)
+    assert r.template.name == "a"
+    with pytest.raises(TuningError, match="no template has a candidate"):
+        tune(_task(), {}, "scale", TARGET, [hopper_only], 0, prepare=lambda s: s, measure=_measure,
+             cache=cache, workers=1)
+
+
 def test_fastest_candidate_wins_across_templates_and_failures_are_isolated(cache):
     FAKE_COSTS.update(a=lambda t: 1.0 / t, b=lambda t: 0.05 if t == 32 else 1.0)
     a = FakeTemplate("a", [1, 2, 4, 8], fail=(2,))
