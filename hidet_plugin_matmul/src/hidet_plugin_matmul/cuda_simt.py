@@ -37,7 +37,7 @@ from hidet_framework.tuner.template import Template
 from hidet_plugin_matmul.cuda_matmul_common import (
     MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
 )
-from hidet_plugin_matmul.cuda_tensor_core_kernel import _and, _guarded_copy, _seq, _store
+from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy, seq_of, store
 
 A_PAD = 4  # floats of padding per transposed A row: conflict-free stores, 16-byte aligned rows
 
@@ -117,9 +117,9 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
     def load(dst, src, in_mn, in_k, g_mn, g_k):
         conds = ([in_mn] if g_mn else []) + ([in_k] if g_k else [])
         if not conds:
-            return _store(dst, src)
-        cond = conds[0] if len(conds) == 1 else _and(conds[0], conds[1])
-        return _guarded_copy(dst, src, cond)
+            return store(dst, src)
+        cond = conds[0] if len(conds) == 1 else both(conds[0], conds[1])
+        return guarded_copy(dst, src, cond)
 
     def prefetch(a, b, ra, rb, bz, m0, n0, k1, ai, ak, bk0, bj):
         out = []
@@ -129,7 +129,7 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
         for t, (q, j) in enumerate(b_tasks):
             out.append(load(rb[t], b[ops.b_index(bz, k1 + bk0 + q, n0 + bj + j)], n0 + bj + j < n,
                             k1 + bk0 + q < k, guard_n, guard_k))
-        return _seq(out)
+        return seq_of(out)
 
     @script
     def matmul_simt(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):

@@ -25,7 +25,8 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, target_int, task_dtype
-from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, padded_shapes, staging, tc_config
+from hidet_plugin_matmul.cuda_pad_operands import padded_shapes
+from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, staging, tc_config
 
 # (block_m, block_n, warps_m, warps_n), most generally useful first
 BLOCK_TILES = [

@@ -42,7 +42,9 @@ from hidet_framework.lang import (
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.ir.dtypes import data_type
 
+from hidet_plugin_matmul.cuda_ir_builders import block_tile, both, grid3, guard, guarded_copy, select, seq_of, store
 from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, static_tasks, worker_origin
+from hidet_plugin_matmul.cuda_pad_operands import build_pad_kernel, padded_shapes
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
 
 
@@ -68,10 +70,6 @@ def uses_cp_async(ops: MatmulOperands) -> bool:
     return ops.k % 8 == 0 and ops.n % 8 == 0
 
 
-def round8(x: int) -> int:
-    return (x + 7) // 8 * 8
-
-
 def staging(ops: MatmulOperands, params: Mapping[str, Any]) -> str:
     """How a candidate moves A and B to shared memory on this shape:
     "cp" (aligned rows, cp.async), "reg" (unaligned rows, or params["reg_stage"]:
@@ -83,77 +81,6 @@ def staging(ops: MatmulOperands, params: Mapping[str, Any]) -> str:
     if uses_cp_async(ops):
         return "cp"
     return "pad" if params.get("pad") else "reg"
-
-
-def padded_shapes(ops: MatmulOperands) -> tuple:
-    """(A shape, B shape) of the operands the main kernel reads under "pad": K rounded
-    up to 8 (A's and B's), N rounded up to 8 (B's); A is unchanged when K % 8 == 0."""
-    kp, np_ = round8(ops.k), round8(ops.n)
-    return ops.a_shape[:-1] + (kp,), ops.b_shape[:-2] + (kp, np_)
-
-
-def build_pad_kernel(ops: MatmulOperands, dt: Any, name: str, per_thread: int = 4):
-    """ap/bp = A/B with zero-filled columns (rows) up to the padded extents; reads are
-    guarded tensor-element reads of A and B (fusible), writes coalesced. A is skipped
-    (the launch passes A itself as ap, never touched) when K % 8 == 0."""
-    from hidet_plugin_cuda import lang as cu
-
-    ap_shape, bp_shape = padded_shapes(ops)
-    pad_a = ops.k % 8 != 0
-    total_a = _prod(ap_shape) if pad_a else 0
-    total_b = _prod(bp_shape)
-    per_block = 256 * per_thread
-    blocks_a, blocks_b = ceil_div(total_a, per_block), ceil_div(total_b, per_block)
-    m, n, k = ops.m, ops.n, ops.k
-
-    def split(idx, shape):
-        coords = []
-        rem = idx
-        for d, extent in enumerate(reversed(shape)):
-            last = d == len(shape) - 1
-            coords.insert(0, rem if last else rem % extent)
-            rem = rem // extent
-        return tuple(coords)
-
-    def copy_a(a, ap, idx):
-        c = split(idx, ap_shape)
-        return _guarded_copy(ap[c], a[c], c[-1] < k)
-
-    def copy_b(b, bp, idx):
-        c = split(idx, bp_shape)
-        return _guarded_copy(bp[c], b[c], _and(c[-2] < k, c[-1] < n))
-
-    @script
-    def pad_operands(a: dt[ops.a_shape], b: dt[ops.b_shape], ap: dt[ap_shape], bp: dt[bp_shape]):
-        attrs.func_kind = "cuda_kernel"
-        attrs.func_name = name
-        attrs.cuda.grid_dim = blocks_a + blocks_b
-        attrs.cuda.block_dim = 256
-        if blocks_a > 0:
-            if cu.blockIdx.x < blocks_a:
-                for v in static_range(per_thread):
-                    ia = cu.blockIdx.x * per_block + v * 256 + cu.threadIdx.x
-                    if ia < total_a:
-                        copy_a(a, ap, ia)
-            else:
-                for v in static_range(per_thread):
-                    ib = (cu.blockIdx.x - blocks_a) * per_block + v * 256 + cu.threadIdx.x
-                    if ib < total_b:
-                        copy_b(b, bp, ib)
-        else:
-            for v in static_range(per_thread):
-                ib = cu.blockIdx.x * per_block + v * 256 + cu.threadIdx.x
-                if ib < total_b:
-                    copy_b(b, bp, ib)
-
-    return pad_operands
-
-
-def _prod(shape: tuple) -> int:
-    out = 1
-    for x in shape:
-        out *= x
-    return out
 
 
 def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
@@ -234,7 +161,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             base, const = ldb_plan.uses[ldb_deltas.index((kk * 16, q * 16))]
             regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
             out.append(cu.ldmatrix_x4(regs, sb[stage * b_size + ldb_off[base] + const], trans=True))
-        return _seq(out)
+        return seq_of(out)
 
     def mma_all(acc, af, bf, fb):
         out = []
@@ -242,7 +169,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             for ni in range(nt):
                 c = acc[mi, ni, :]
                 out.append(mma(c, af[fb, mi, :], bf[fb, ni, :], c))
-        return _seq(out)
+        return seq_of(out)
 
     # guards the static shape makes always true are not emitted (v3): every block tile
     # whole in M / N, every k-tile whole in K (no split slice runs past the end)
@@ -254,36 +181,36 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         for t, (di, dj) in enumerate(a_deltas):
             base, const = sta_plan.uses[t]
             row, col = m0 + ai + di, kbase + aj + dj
-            ok = _guard([(m_whole, row < m), (k_whole, col < ka)])
-            src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+            ok = guard([(m_whole, row < m), (k_whole, col < ka)])
+            src = a[ops.a_index(bz, select(ok, row, 0), select(ok, col, 0))]
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
         for t, (di, dj) in enumerate(b_deltas):
             base, const = stb_plan.uses[t]
             row, col = kbase + bi + di, n0 + bj + dj
-            ok = _guard([(k_whole, row < k), (n_whole, col < nb)])
-            src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
-            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
-        return _seq(out)
+            ok = guard([(k_whole, row < k), (n_whole, col < nb)])
+            src = b[ops.b_index(bz, select(ok, row, 0), select(ok, col, 0))]
+            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
+        return seq_of(out)
 
     def load_regs(a, b, ra, rb, kbase, m0, n0, bz, ai, aj, bi, bj):
         out = []
         for t, (di, dj) in enumerate(a_deltas):
             row, col = m0 + ai + di, kbase + aj + dj
-            out.append(_guarded_copy(ra[t], a[ops.a_index(bz, row, col)], _and(row < m, col < k)))
+            out.append(guarded_copy(ra[t], a[ops.a_index(bz, row, col)], both(row < m, col < k)))
         for t, (di, dj) in enumerate(b_deltas):
             row, col = kbase + bi + di, n0 + bj + dj
-            out.append(_guarded_copy(rb[t], b[ops.b_index(bz, row, col)], _and(row < k, col < n)))
-        return _seq(out)
+            out.append(guarded_copy(rb[t], b[ops.b_index(bz, row, col)], both(row < k, col < n)))
+        return seq_of(out)
 
     def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
         out = []
         for t in range(len(a_deltas)):
             base, const = sta_plan.uses[t]
-            out.append(_store(sa[stage * a_size + sta_off[base] + const], ra[t]))
+            out.append(store(sa[stage * a_size + sta_off[base] + const], ra[t]))
         for t in range(len(b_deltas)):
             base, const = stb_plan.uses[t]
-            out.append(_store(sb[stage * b_size + stb_off[base] + const], rb[t]))
-        return _seq(out)
+            out.append(store(sb[stage * b_size + stb_off[base] + const], rb[t]))
+        return seq_of(out)
 
     @script
     def matmul_tc(a: dt[a_shape], b: dt[b_shape], out: out_dt[out_shape]):
@@ -360,7 +287,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         for mi, ni, e in grid3(mt, nt, 4):
             row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
             col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
-            if _guard([(m_whole, row < m), (n % bn == 0, col < n)]):
+            if guard([(m_whole, row < m), (n % bn == 0, col < n)]):
                 out[out_index(zs, bz, row, col)] = acc[mi, ni, e]
 
     kernels = [matmul_tc]
@@ -395,73 +322,3 @@ def build_split_reduce(ops: MatmulOperands, dt: Any, split: int, name: str):
             c[ops.c_index(bz, row, col)] = s
 
     return split_reduce
-
-
-def block_tile(bx: Any, by: Any, grid_n: int, grid_m: int, group: int) -> tuple:
-    """(M tile, N tile) of block (bx, by). group == 0: by, bx. Else blocks are numbered
-    row by row (the order they are dispatched in) and that number walks down columns of
-    `group` M tiles: the blocks resident at one time share fewer rows of A and columns
-    of B, so more of each stays in L2 between them."""
-    if group <= 1 or grid_m <= group:
-        return by, bx
-    lin = by * grid_n + bx
-    per_group = group * grid_n
-    first = lin // per_group * group
-    within = lin % per_group
-    if grid_m % group == 0:
-        rows: Any = group
-    else:  # the last group holds grid_m % group rows
-        rows = _sel(first + group <= grid_m, group, grid_m - first)
-    return first + within % rows, within // rows
-
-
-# ---- small IR builders used by the host helpers above ------------------------------
-def _guard(conditions: list) -> Any:
-    """The conjunction of the conditions not known true: (known true, condition) pairs."""
-    left = [cond for known, cond in conditions if not known]
-    if not left:
-        return True
-    out = left[0]
-    for cond in left[1:]:
-        out = _and(out, cond)
-    return out
-
-
-def grid3(a: int, b: int, c: int) -> list[tuple]:
-    return [(x, y, z) for x in range(a) for y in range(b) for z in range(c)]
-
-
-def _and(x: Any, y: Any) -> Any:
-    from hidet_framework.ir.expr import logical_and
-
-    return logical_and(x, y)
-
-
-def _sel(cond: Any, a: Any, b: Any) -> Any:
-    from hidet_framework.ir.expr import IfThenElse, convert
-
-    if isinstance(cond, bool):  # known while tracing
-        return a if cond else b
-    return IfThenElse(convert(cond), convert(a), convert(b))
-
-
-def _seq(stmts: list) -> Any:
-    from hidet_framework.ir.stmt import seq
-
-    return seq(*stmts)
-
-
-def _store(dst: Any, value: Any) -> Any:
-    from hidet_framework.ir.stmt import BufferStoreStmt
-
-    return BufferStoreStmt(dst.base, dst.indices, value)
-
-
-def _guarded_copy(dst: Any, src: Any, cond: Any) -> Any:
-    """dst = src where cond, else dst = 0 (in dst's dtype): the read happens only in range."""
-    from hidet_framework.ir.expr import const
-    from hidet_framework.ir.stmt import IfStmt
-    from hidet_framework.ir.type_infer import infer_type
-
-    zero = const(0.0, infer_type(dst))
-    return IfStmt(cond, _store(dst, src), _store(dst, zero))

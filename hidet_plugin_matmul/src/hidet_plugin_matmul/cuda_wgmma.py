@@ -38,11 +38,11 @@ from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, select, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import (
     MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
 )
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
-from hidet_plugin_matmul.cuda_tensor_core_kernel import _guard, _sel, _seq, block_tile
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
 DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
@@ -151,16 +151,16 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
         for t, (di, dj) in enumerate(a_deltas):
             base, const = sta_plan.uses[t]
             row, col = m0 + ai + di, kbase + aj + dj
-            ok = _guard([(m_whole, row < m), (k_whole, col < k)])
-            src = a[ops.a_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
+            ok = guard([(m_whole, row < m), (k_whole, col < k)])
+            src = a[ops.a_index(bz, select(ok, row, 0), select(ok, col, 0))]
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
         for t, (di, dj) in enumerate(b_deltas):
             base, const = stb_plan.uses[t]
             row, col = kbase + bi + di, n0 + bj + dj
-            ok = _guard([(k_whole, row < k), (n_whole, col < n)])
-            src = b[ops.b_index(bz, _sel(ok, row, 0), _sel(ok, col, 0))]
-            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, _sel(ok, 16, 0), "cg"))
-        return _seq(out)
+            ok = guard([(k_whole, row < k), (n_whole, col < n)])
+            src = b[ops.b_index(bz, select(ok, row, 0), select(ok, col, 0))]
+            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
+        return seq_of(out)
 
     def multiply(acc, sa, sb, stage, group):
         out = []
@@ -170,7 +170,7 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
                 row0 = (group * m_tiles + mi) * 64
                 a_op = hw.wgmma_operand(sa[stage * a_size + row0 * BK + kk * 16], 16, 8 * BK * 2)
                 out.append(hw.wgmma_mma_async(acc[mi, :], a_op, b_op, bn, dtype, trans_b=True))
-        return _seq(out)
+        return seq_of(out)
 
     acc_regs = cfg["acc"]
     ahead = stages - 1  # k-tiles in flight from global memory
@@ -233,7 +233,7 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
                 for e in static_range(4):
                     row = m0 + (group * m_tiles + mi) * 64 + warp * 16 + lane // 4 + e // 2 * 8
                     col = n0 + j * 8 + lane % 4 * 2 + e % 2
-                    if _guard([(m_whole, row < m), (n_whole, col < n)]):
+                    if guard([(m_whole, row < m), (n_whole, col < n)]):
                         c[ops.c_index(bz, row, col)] = acc[mi, j * 4 + e]
 
     return matmul_wgmma

@@ -221,7 +221,7 @@ def test_tensor_core_matches_float64_reference(cuda_env, shapes, dtype):
 
 @pytest.mark.parametrize("grid_n, grid_m, group", [(32, 16, 8), (5, 11, 8), (3, 9, 4), (7, 3, 8), (1, 17, 8)])
 def test_raster_block_order_visits_every_tile_once(grid_n, grid_m, group):
-    from hidet_plugin_matmul.cuda_tensor_core_kernel import block_tile
+    from hidet_plugin_matmul.cuda_ir_builders import block_tile
 
     tiles = [block_tile(bx, by, grid_n, grid_m, group) for by in range(grid_m) for bx in range(grid_n)]
     assert sorted(tiles) == [(i, j) for i in range(grid_m) for j in range(grid_n)]

@@ -48,7 +48,6 @@ def test_applies_to_half_types_with_aligned_rows_only():
 
 
 def test_primitives_refuse_what_ptx_does_not_have():
-    from hidet_framework.lang import f32, register_tensor, script  # noqa: F401
     from hidet_plugin_cuda import hopper
 
     with pytest.raises(ValueError, match="swizzle"):
