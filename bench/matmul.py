@@ -103,13 +103,15 @@ def tune_cpu(task, attributes, level: int, cache_dir: str):
     b = rng.standard_normal(_input_shape(attributes, "b")).astype(np.float32)
     c = np.empty(_output_shape(attributes), np.float32)
 
-    def prepare(scheduled):  # in the tuner's workers: fills the build cache `measure` reads
-        backend.compile(lower(scheduled.module, "cpu"), target)
+    def prepare(scheduled):  # in the tuner's workers: lower and build; `measure` loads the result
+        lowered = lower(scheduled.module, "cpu")
+        return lowered, backend.build(backend.codegen(lowered, target), target, name=lowered.name)
 
-    def measure(scheduled, runs):
+    def measure(scheduled, runs, prepared):
         from hidet_plugin_matmul.cpu_harness import CompiledCandidate
 
-        loaded = backend.compile(lower(scheduled.module, "cpu"), target)
+        lowered, artifact = prepared
+        loaded = backend.load(artifact, lowered)
         return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs, warmup=1)
 
     result = tune(task, attributes, "matmul", target, templates, level, prepare, measure,

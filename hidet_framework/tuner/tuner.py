@@ -154,16 +154,17 @@ def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[
 def _measure_all(prepared: dict, measure) -> dict[int, float]:
     """Two rounds: 3 runs each; then 10 runs for those within 1.25x of the leader."""
     first: dict[int, float] = {}
+    errors: list[str] = []
     with _progress() as progress:
         bar = progress.add_task(f"timing {len(prepared)} candidates", total=len(prepared))
         for i in sorted(prepared):
             try:
                 first[i] = statistics.median(measure(prepared[i][0], 3, prepared[i][1]))
-            except Exception:  # a candidate that fails at run time loses
-                pass
+            except Exception as exc:  # a candidate that fails at run time loses
+                errors.append(f"{type(exc).__name__}: {exc}")
             progress.advance(bar)
     if not first:
-        raise TuningError("every candidate failed at run time")
+        raise TuningError(f"every candidate failed at run time; the first: {errors[0]}")
     leader = min(first.values())
     close = sorted((i for i in first if first[i] <= 1.25 * leader), key=first.get)[:8]
     if len(close) == 1:

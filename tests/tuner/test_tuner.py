@@ -117,3 +117,12 @@ def test_only_candidates_near_the_leader_are_timed_again_and_each_is_built_once(
     assert r.params == {"tile": 1}
     assert sorted(t for t, n in timings if n == 10) == [1, 2]  # 4 is 5x slower: not timed again
     assert sorted(builds) == [1, 2, 4]
+
+
+def test_when_every_candidate_fails_at_run_time_the_error_says_why(cache):
+    def broken(scheduled, repeat, prepared=None):
+        raise RuntimeError("launch failed: out of resources")
+
+    with pytest.raises(TuningError, match="the first: RuntimeError: launch failed: out of resources"):
+        tune(_task(), {}, "scale", TARGET, [FakeTemplate("a", [1, 2])], 1, prepare=lambda s: s, measure=broken,
+             cache=cache, workers=1)
