@@ -74,3 +74,24 @@ def guarded_copy(dst: Any, src: Any, cond: Any) -> Any:
 
     zero = const(0.0, infer_type(dst))
     return IfStmt(cond, store(dst, src), store(dst, zero))
+
+
+def cp_async_tile(smem: Any, stage_offset: Any, offsets: Any, plan: Any, deltas: list, row0: Any, col0: Any,
+                  extents: tuple, whole: tuple, element: Any) -> Any:
+    """The cp.async 16-byte copies one thread makes of a tile: for delta (di, dj), the
+    global element ``element(row0 + di, col0 + dj)`` goes to shared memory at
+    ``smem[stage_offset + offsets[base] + const]`` (`plan`: cuda_smem_offsets).
+    Chunks outside `extents` (rows, cols) are zero-filled and read nothing (their
+    source clamped to element 0); `whole` (rows, cols) says which bound the static
+    shape already guarantees, so no guard is emitted for it."""
+    from hidet_plugin_cuda import lang as cu
+
+    out = []
+    for t, (di, dj) in enumerate(deltas):
+        base, const = plan.uses[t]
+        row, col = row0 + di, col0 + dj
+        ok = guard([(whole[0], row < extents[0]), (whole[1], col < extents[1])])
+        src = element(select(ok, row, 0), select(ok, col, 0))
+        out.append(cu.cp_async(smem[stage_offset + offsets[base] + const], src, 16, select(ok, 16, 0), "cg"))
+    return seq_of(out)
+

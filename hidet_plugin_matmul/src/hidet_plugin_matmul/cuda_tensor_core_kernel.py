@@ -42,7 +42,9 @@ from hidet_framework.lang import (
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.ir.dtypes import data_type
 
-from hidet_plugin_matmul.cuda_ir_builders import block_tile, both, grid3, guard, guarded_copy, select, seq_of, store
+from hidet_plugin_matmul.cuda_ir_builders import (
+    block_tile, both, cp_async_tile, grid3, guard, guarded_copy, seq_of, store,
+)
 from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, static_tasks, worker_origin
 from hidet_plugin_matmul.cuda_pad_operands import build_pad_kernel, padded_shapes
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
@@ -177,20 +179,11 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     k_whole = ka % bk == 0 and k % bk == 0 and tiles * split == tiles_all
 
     def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
-        out = []
-        for t, (di, dj) in enumerate(a_deltas):
-            base, const = sta_plan.uses[t]
-            row, col = m0 + ai + di, kbase + aj + dj
-            ok = guard([(m_whole, row < m), (k_whole, col < ka)])
-            src = a[ops.a_index(bz, select(ok, row, 0), select(ok, col, 0))]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
-        for t, (di, dj) in enumerate(b_deltas):
-            base, const = stb_plan.uses[t]
-            row, col = kbase + bi + di, n0 + bj + dj
-            ok = guard([(k_whole, row < k), (n_whole, col < nb)])
-            src = b[ops.b_index(bz, select(ok, row, 0), select(ok, col, 0))]
-            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
-        return seq_of(out)
+        return seq_of([
+            cp_async_tile(sa, stage * a_size, sta_off, sta_plan, a_deltas, m0 + ai, kbase + aj, (m, ka),
+                          (m_whole, k_whole), lambda r, c: a[ops.a_index(bz, r, c)]),
+            cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (k, nb),
+                          (k_whole, n_whole), lambda r, c: b[ops.b_index(bz, r, c)])])
 
     def load_regs(a, b, ra, rb, kbase, m0, n0, bz, ai, aj, bi, bj):
         out = []

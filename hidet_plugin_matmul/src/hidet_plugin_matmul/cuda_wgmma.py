@@ -38,7 +38,7 @@ from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
-from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, select, seq_of
+from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import (
     MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
 )
@@ -147,20 +147,11 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
     m_whole, n_whole, k_whole = m % bm == 0, n % bn == 0, k % BK == 0
 
     def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
-        out = []
-        for t, (di, dj) in enumerate(a_deltas):
-            base, const = sta_plan.uses[t]
-            row, col = m0 + ai + di, kbase + aj + dj
-            ok = guard([(m_whole, row < m), (k_whole, col < k)])
-            src = a[ops.a_index(bz, select(ok, row, 0), select(ok, col, 0))]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
-        for t, (di, dj) in enumerate(b_deltas):
-            base, const = stb_plan.uses[t]
-            row, col = kbase + bi + di, n0 + bj + dj
-            ok = guard([(k_whole, row < k), (n_whole, col < n)])
-            src = b[ops.b_index(bz, select(ok, row, 0), select(ok, col, 0))]
-            out.append(cu.cp_async(sb[stage * b_size + stb_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
-        return seq_of(out)
+        return seq_of([
+            cp_async_tile(sa, stage * a_size, sta_off, sta_plan, a_deltas, m0 + ai, kbase + aj, (m, k),
+                          (m_whole, k_whole), lambda r, c: a[ops.a_index(bz, r, c)]),
+            cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (k, n),
+                          (k_whole, n_whole), lambda r, c: b[ops.b_index(bz, r, c)])])
 
     def multiply(acc, sa, sb, stage, group):
         out = []

@@ -163,51 +163,20 @@ SHAPES = [  # (a_shape, b_shape)
 ]
 
 
-@pytest.fixture(scope="module")
-def cuda_env():
-    from hidet_plugin_cuda import CudaBackend
-
-    backend = CudaBackend()
-    if not backend.availability():
-        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
-    torch = pytest.importorskip("torch")
-    return backend, backend.detect_target(), torch
-
-
-def _run_case(cuda_env, template, params, a_shape, b_shape, dtype, rng):
-    from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
-
-    backend, target, torch = cuda_env
-    task, attrs = matmul_task(a_shape, b_shape, dtype)
-    st = template.build(task, attrs, params, target)
-    loaded = compile_scheduled(st, backend, target)
-    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-    a = torch.from_numpy(rng.standard_normal(a_shape).astype(np.float32)).to("cuda", tdt)
-    b = torch.from_numpy(rng.standard_normal(b_shape).astype(np.float32)).to("cuda", tdt)
-    out_shape = tuple(task.outputs[0].shape)
-    c = torch.full(out_shape, float("nan"), dtype=tdt, device="cuda")
-    run_scheduled(loaded, st, [a, b], [c], backend.device)
-    torch.cuda.synchronize()
-    ref = np.matmul(a.double().cpu().numpy(), b.double().cpu().numpy())
-    got = c.double().cpu().numpy()
-    assert not np.isnan(got).any(), "unwritten outputs"
-    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
-def test_simt_matches_float64_reference(cuda_env, shapes):
+def test_simt_matches_float64_reference(cuda_env, matmul_error, shapes):
     cuda_env[2].backends.cuda.matmul.allow_tf32 = False
     rng = np.random.default_rng()
     t = CudaSimtMatmul()
     for params in t.space(cuda_env[1], 1)[:4]:
-        assert _run_case(cuda_env, t, params, *shapes, "float32", rng) < 1e-5
+        assert matmul_error(cuda_env, t, params, *shapes, "float32", rng) < 1e-5
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
-def test_tensor_core_matches_float64_reference(cuda_env, shapes, dtype):
+def test_tensor_core_matches_float64_reference(cuda_env, matmul_error, shapes, dtype):
     rng = np.random.default_rng()
     t = CudaTensorCoreMatmul()
     space = t.space(cuda_env[1], 2)
@@ -215,7 +184,7 @@ def test_tensor_core_matches_float64_reference(cuda_env, shapes, dtype):
     picks += [p for p in space if p["block_k"] == 64][:1] + [p for p in space if p["block_m"] == 256][:1]
     picks += [p for p in space if p.get("pad")][:1]
     for params in picks:
-        err = _run_case(cuda_env, t, params, *shapes, dtype, rng)
+        err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
         assert err < 1e-2, (params, err)
 
 
@@ -231,7 +200,7 @@ def test_raster_block_order_visits_every_tile_once(grid_n, grid_m, group):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_tensor_core_raster_candidates_match_float64_reference(cuda_env, dtype):
+def test_tensor_core_raster_candidates_match_float64_reference(cuda_env, matmul_error, dtype):
     # 11 M tiles of 128 (a last group of 3 rows under group 8), 2-3 N tiles, an odd K
     rng = np.random.default_rng()
     t = CudaTensorCoreMatmul()
@@ -239,5 +208,5 @@ def test_tensor_core_raster_candidates_match_float64_reference(cuda_env, dtype):
     assert picks
     for params in picks:
         for shapes in (((1300, 72), (72, 300)), ((1408, 61), (61, 257))):
-            err = _run_case(cuda_env, t, params, *shapes, dtype, rng)
+            err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
             assert err < 1e-2, (params, shapes, err)

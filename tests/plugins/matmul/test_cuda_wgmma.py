@@ -92,51 +92,25 @@ SHAPES = [  # edges in M, N and K; K % 64 != 0; batched and broadcast B
 
 
 @pytest.fixture(scope="module")
-def cuda_env():
-    from hidet_plugin_cuda import CudaBackend
-
-    backend = CudaBackend()
-    if not backend.availability():
-        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
-    torch = pytest.importorskip("torch")
-    target = backend.detect_target()
-    if target.arch not in ("sm_90", "sm_90a"):
-        pytest.skip(f"wgmma needs sm_90, this GPU is {target.arch}")
-    return backend, target, torch
-
-
-def _error(cuda_env, params, a_shape, b_shape, dtype, rng) -> float:
-    from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
-
-    backend, target, torch = cuda_env
-    template = CudaWgmmaMatmul()
-    task, attrs = matmul_task(a_shape, b_shape, dtype)
-    st = template.build(task, attrs, params, target)
-    loaded = compile_scheduled(st, backend, target)
-    tdt = getattr(torch, dtype)
-    a = torch.from_numpy(rng.standard_normal(a_shape).astype(np.float32)).to("cuda", tdt)
-    b = torch.from_numpy(rng.standard_normal(b_shape).astype(np.float32)).to("cuda", tdt)
-    c = torch.full(tuple(task.outputs[0].shape), float("nan"), dtype=tdt, device="cuda")
-    run_scheduled(loaded, st, [a, b], [c], backend.device)
-    torch.cuda.synchronize()
-    ref = np.matmul(a.double().cpu().numpy(), b.double().cpu().numpy())
-    got = c.double().cpu().numpy()
-    assert not np.isnan(got).any(), "unwritten outputs"
-    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+def hopper(cuda_env):
+    if cuda_env[1].arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs sm_90, this GPU is {cuda_env[1].arch}")
+    return cuda_env
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
-def test_default_matches_float64_reference(cuda_env, shapes, dtype):
-    params = CudaWgmmaMatmul().space(cuda_env[1], 0)[0]
-    assert _error(cuda_env, params, *shapes, dtype, np.random.default_rng()) < 1e-2
+def test_default_matches_float64_reference(hopper, matmul_error, shapes, dtype):
+    t = CudaWgmmaMatmul()
+    assert matmul_error(hopper, t, t.space(hopper[1], 0)[0], *shapes, dtype, np.random.default_rng()) < 1e-2
 
 
 @pytest.mark.cuda
-def test_every_space2_candidate_matches_float64_reference(cuda_env):
+def test_every_space2_candidate_matches_float64_reference(hopper, matmul_error):
     rng = np.random.default_rng()
-    for params in CudaWgmmaMatmul().space(cuda_env[1], 2):
+    t = CudaWgmmaMatmul()
+    for params in t.space(hopper[1], 2):
         for shapes in (((300, 200), (200, 264)), ((1100, 136), (136, 520))):  # 1100: raster's last group
-            err = _error(cuda_env, params, *shapes, "float16", rng)
+            err = matmul_error(hopper, t, params, *shapes, "float16", rng)
             assert err < 1e-2, (params, shapes, err)

@@ -1,0 +1,46 @@
+"""Fixtures of the CUDA matmul template tests: the GPU (skipped with the reason when
+there is none) and one run of a candidate against a float64 reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hidet_plugin_matmul.operators import matmul_task
+
+
+@pytest.fixture(scope="module")
+def cuda_env():
+    """(backend, detected target, torch) of a usable GPU."""
+    from hidet_plugin_cuda import CudaBackend
+
+    backend = CudaBackend()
+    if not backend.availability():
+        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
+    torch = pytest.importorskip("torch")
+    return backend, backend.detect_target(), torch
+
+
+def _matmul_error(cuda_env, template, params, a_shape, b_shape, dtype, rng) -> float:
+    """Build and run one candidate on fresh random operands, output poisoned with NaN
+    first; the relative error against numpy in float64 (unwritten outputs fail)."""
+    from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
+
+    backend, target, torch = cuda_env
+    task, attrs = matmul_task(a_shape, b_shape, dtype)
+    st = template.build(task, attrs, params, target)
+    loaded = compile_scheduled(st, backend, target)
+    tdt = getattr(torch, dtype)
+    a = torch.from_numpy(rng.standard_normal(a_shape).astype(np.float32)).to("cuda", tdt)
+    b = torch.from_numpy(rng.standard_normal(b_shape).astype(np.float32)).to("cuda", tdt)
+    c = torch.full(tuple(task.outputs[0].shape), float("nan"), dtype=tdt, device="cuda")
+    run_scheduled(loaded, st, [a, b], [c], backend.device)
+    torch.cuda.synchronize()
+    ref = np.matmul(a.double().cpu().numpy(), b.double().cpu().numpy())
+    got = c.double().cpu().numpy()
+    assert not np.isnan(got).any(), "unwritten outputs"
+    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+@pytest.fixture
+def matmul_error():
+    return _matmul_error
