@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -63,7 +64,10 @@ def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
     cand: Candidate = _JOB["candidates"][index]
     try:
         scheduled = cand.template.build(_JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
-        return index, None, (scheduled, _JOB["prepare"](scheduled))
+        result = (scheduled, _JOB["prepare"](scheduled))
+        if _JOB["in_pool"]:  # what cannot travel back fails this candidate here, not the pool
+            pickle.dumps(result)
+        return index, None, result
     except Exception as exc:  # one bad candidate must not stop the search
         return index, f"{type(exc).__name__}: {exc}", None
 
@@ -131,8 +135,9 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
 
 def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[dict, list[tuple[int, str]]]:
     """({index: (ScheduledTask, prepared)} of the candidates that built, sorted failures)."""
-    _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare)
     workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
+    _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare,
+                in_pool=workers > 1)
     failures: list[tuple[int, str]] = []
     prepared: dict[int, Any] = {}
     try:

@@ -126,3 +126,12 @@ def test_when_every_candidate_fails_at_run_time_the_error_says_why(cache):
     with pytest.raises(TuningError, match="the first: RuntimeError: launch failed: out of resources"):
         tune(_task(), {}, "scale", TARGET, [FakeTemplate("a", [1, 2])], 1, prepare=lambda s: s, measure=broken,
              cache=cache, workers=1)
+
+
+def test_a_candidate_whose_prepared_result_cannot_travel_back_fails_alone(cache):
+    # the build workers return prepare's result by pickling; a lambda cannot be pickled
+    FAKE_COSTS.update(a=lambda t: 1.0 / t)
+    r = tune(_task(), {}, "scale", TARGET, [FakeTemplate("a", [1, 2, 4])], 1,
+             prepare=lambda s: (lambda: None) if s[1] == 4 else s, measure=_measure, cache=cache, workers=2)
+    assert r.params == {"tile": 2} and len(r.failures) == 1 and "pickle" in r.failures[0][1].lower()
+
