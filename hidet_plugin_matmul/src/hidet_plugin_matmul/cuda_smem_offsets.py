@@ -55,3 +55,32 @@ def plan_offsets(layout: Any, origin: Callable[[Any], tuple], deltas: Sequence[t
 def base_offset_exprs(layout: Any, origin_ir: tuple, plan: OffsetPlan) -> list[Any]:
     """The IR offset of each base for the running thread (origin given as IR)."""
     return [layout(*(o + d for o, d in zip(origin_ir, delta))) for delta in plan.bases]
+
+
+@attrs.frozen
+class TileCopy:
+    """How `threads` threads copy a (rows, cols) tile into `layout` in chunks of `vec`
+    elements along cols, spread by ``auto_map``: thread t starts at ``origin(t)`` and
+    visits ``origin + delta`` for each of `deltas`; `plan` shares its offset registers."""
+
+    mapping: Any
+    vec: int
+    deltas: tuple
+    plan: OffsetPlan
+
+    def origin(self, t: Any) -> tuple:
+        from hidet_plugin_matmul.cuda_matmul_common import worker_origin
+
+        i, j = worker_origin(self.mapping, t)
+        return i, j * self.vec
+
+
+def tile_copy(layout: Any, rows: int, cols: int, threads: int, vec: int) -> TileCopy:
+    from hidet_framework.ir.mapping import auto_map
+    from hidet_plugin_matmul.cuda_matmul_common import static_tasks
+
+    mapping = auto_map(rows, cols // vec, workers=threads)
+    deltas = tuple((i, j * vec) for i, j in static_tasks(mapping))
+    partial = TileCopy(mapping, vec, deltas, OffsetPlan((), ()))
+    return attrs.evolve(partial, plan=plan_offsets(layout, partial.origin, deltas, threads))
+

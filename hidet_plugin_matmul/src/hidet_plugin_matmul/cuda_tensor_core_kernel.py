@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.layout import row_major, swizzle
-from hidet_framework.ir.mapping import auto_map, spatial
+from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import (
     attrs, f32, i32, register_tensor, script, script_module, static_range, u32,
 )
@@ -45,9 +45,9 @@ from hidet_framework.ir.dtypes import data_type
 from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, both, cp_async_tile, grid3, guard, guarded_copy, seq_of, store,
 )
-from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, static_tasks, worker_origin
+from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, worker_origin
 from hidet_plugin_matmul.cuda_pad_operands import build_pad_kernel, padded_shapes
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
 
 
 def smem_swizzle(rows: int, cols: int):
@@ -130,21 +130,9 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
 
     # global -> shared copies: 16-byte chunks (cp.async) or elements (registers)
     vec = 8 if async_copy else 1
-    a_map = auto_map(bm, bk // vec, workers=threads)
-    b_map = auto_map(bk, bn // vec, workers=threads)
-
-    def a_origin(t):
-        i, j = worker_origin(a_map, t)
-        return i, j * vec
-
-    def b_origin(t):
-        i, j = worker_origin(b_map, t)
-        return i, j * vec
-
-    a_deltas = [(i, j * vec) for i, j in static_tasks(a_map)]
-    b_deltas = [(i, j * vec) for i, j in static_tasks(b_map)]
-    sta_plan = plan_offsets(sa_layout, a_origin, a_deltas, threads)
-    stb_plan = plan_offsets(sb_layout, b_origin, b_deltas, threads)
+    a_copy, b_copy = tile_copy(sa_layout, bm, bk, threads, vec), tile_copy(sb_layout, bk, bn, threads, vec)
+    a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
+    b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
 
     grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
     out_dt = f32 if split > 1 else dt

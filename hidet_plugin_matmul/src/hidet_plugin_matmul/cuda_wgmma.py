@@ -32,17 +32,14 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.ir.layout import row_major, swizzle
-from hidet_framework.ir.mapping import auto_map
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
-from hidet_plugin_matmul.cuda_matmul_common import (
-    MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
-)
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets
+from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
 DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
@@ -130,20 +127,9 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
     # gave a relative error of 1.2, as they should)
     b_leading, b_stride = BK * 64 * 2, 8 * 64 * 2
 
-    a_map, b_map = auto_map(bm, BK // 8, workers=threads), auto_map(BK, bn // 8, workers=threads)
-
-    def a_origin(t):
-        i, j = worker_origin(a_map, t)
-        return i, j * 8
-
-    def b_origin(t):
-        i, j = worker_origin(b_map, t)
-        return i, j * 8
-
-    a_deltas = [(i, j * 8) for i, j in static_tasks(a_map)]
-    b_deltas = [(i, j * 8) for i, j in static_tasks(b_map)]
-    sta_plan = plan_offsets(sa_layout, a_origin, a_deltas, threads)
-    stb_plan = plan_offsets(sb_layout, b_origin, b_deltas, threads)
+    a_copy, b_copy = tile_copy(sa_layout, bm, BK, threads, 8), tile_copy(sb_layout, BK, bn, threads, 8)
+    a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
+    b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
     m_whole, n_whole, k_whole = m % bm == 0, n % bn == 0, k % BK == 0
 
     def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
