@@ -65,10 +65,6 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
     from hidet_plugin_matmul.operators import matmul_task
 
     template = CudaSimtMatmul() if dtype == "float32" else CudaTensorCoreMatmul()
-    if picks and PICKS[(dtype, m, n, k)] and "warpgroups" in PICKS[(dtype, m, n, k)][0]:
-        from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
-
-        template = CudaWgmmaMatmul()
     task, attrs = matmul_task((m, k), (k, n), dtype)
     space = template.space(target, level)
     if picks:

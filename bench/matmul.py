@@ -144,7 +144,8 @@ def bench_cpu(shape_text: str, args, cache_dir: str) -> dict:
 
         fn = compile_task(task, "cpu", space=args.space)
         run = lambda a, b, c: fn.run([a, b], [c])  # noqa: E731
-        candidates, params = None, None
+        candidates = fn.tuning.candidates if fn.tuning is not None else 1
+        params = getattr(fn.scheduled, "params", None)
     else:
         compiled, result = tune_cpu(task, attributes, args.space, cache_dir)
         run = lambda a, b, c: compiled.run([a, b], [c])  # noqa: E731
@@ -183,7 +184,7 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     started = time.perf_counter()
     fn = compile_task(task, "cuda", space=args.space)
     tuning = time.perf_counter() - started
-    candidates = _cuda_candidates(task, args.space)
+    candidates = fn.tuning.candidates if fn.tuning is not None else 1
     tdt = getattr(torch, dtype)
     a = torch.randn(a_shape, device="cuda", dtype=tdt)
     b = torch.randn(b_shape, device="cuda", dtype=tdt)
@@ -228,18 +229,6 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
             "reference": "torch float32" if big else "torch float64",
             "candidates": candidates, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
 
-
-def _cuda_candidates(task, space: int) -> int:
-    """How many candidates the tuner had for `task` at `space` (every template that applies)."""
-    from hidet_framework.driver import _usable_backend, _detected_target
-    from hidet_framework.extension import plugin_host
-    from hidet_framework.tuner.tuner import candidates_of
-
-    target = _detected_target(_usable_backend("cuda"))
-    attributes = dict(task.attributes)
-    templates = [t for t in plugin_host().templates.templates_for("matmul", "cuda")
-                 if not hasattr(t, "applies") or t.applies(task, attributes)]
-    return len(candidates_of(templates, target, space))
 
 
 # ----------------------------------------------------------------------- main

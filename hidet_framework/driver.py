@@ -56,11 +56,13 @@ class CompiledTask:
 
     :param task: the task. :param scheduled: how it was scheduled.
     :param functions: name -> callable (a LoadedModule). :param device: memory/copies.
-    :param target: the target kind.
+    :param target: the target kind. ``tuning``: the TuningResult that chose the
+        template candidate (set by `compile_task`; None when the auto-scheduler ran).
     """
 
     def __init__(self, task: Task, scheduled: ScheduledTask, functions: Any, device: Any, target: str) -> None:
         self.task, self.scheduled, self.device, self.target = task, scheduled, device, target
+        self.tuning: Any = None
         self.workspace = tuple(scheduled.workspace)
         self._calls = tuple((functions[launch.function], launch.buffers, tuple(launch.scalars))
                             for launch in scheduled.launches)
@@ -230,20 +232,20 @@ def _tuner_hooks(task: Task, backend: Any, target: Any) -> tuple[Callable, Calla
 
 
 def _schedule(task: Task, op_name: str, target: Any, space: int, attributes: dict | None = None,
-              backend: Any = None) -> ScheduledTask:
-    """Choose the ScheduledTask of `task`: when plugins registered templates for
-    (`op_name`, target kind) that apply to it, the tuner's pick among their candidates
-    (at space level `space`); otherwise the rule-based auto-scheduler."""
+              backend: Any = None) -> tuple[ScheduledTask, Any]:
+    """(the ScheduledTask of `task`, the TuningResult or None): when plugins registered
+    templates for (`op_name`, target kind) that apply to it, the tuner's pick among their
+    candidates (at space level `space`); otherwise the rule-based auto-scheduler."""
     attributes = dict(attributes or {})
     templates = [t for t in plugin_host().templates.templates_for(op_name, target.kind)
                  if not hasattr(t, "applies") or t.applies(task, attributes)]
     if not templates:
-        return auto_schedule(task, target.kind)
+        return auto_schedule(task, target.kind), None
     from hidet_framework.tuner import tune
 
     prepare, measure = _tuner_hooks(task, backend, target)
     result = tune(task, attributes, op_name, target, templates, space, prepare=prepare, measure=measure)
-    return result.template.build(task, attributes, result.params, target)
+    return result.template.build(task, attributes, result.params, target), result
 
 
 def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: str | None = None,
@@ -261,15 +263,17 @@ def compile_task(task: Task, target: str = "cpu", space: int = 0, *, op_name: st
         cached = _task_cache.get(key)
     if cached is not None:
         return cached
-    compiled = _build(task, _schedule_for(task, op_name, kind, space, attributes), kind)
+    scheduled, tuning = _schedule_for(task, op_name, kind, space, attributes)
+    compiled = _build(task, scheduled, kind)
+    compiled.tuning = tuning
     with _lock:
         return _task_cache.setdefault(key, compiled)
 
 
-def _schedule_for(task: Task, op_name: str, kind: str, space: int, attributes: dict) -> ScheduledTask:
-    """`task`'s schedule for target kind `kind` (the evaluator runs the CPU auto-schedule)."""
+def _schedule_for(task: Task, op_name: str, kind: str, space: int, attributes: dict) -> tuple:
+    """`_schedule` for target kind `kind` (the evaluator runs the CPU auto-schedule)."""
     if kind == EVALUATOR_TARGET:
-        return auto_schedule(task, "cpu")
+        return auto_schedule(task, "cpu"), None
     backend = _usable_backend(kind)
     return _schedule(task, op_name, _detected_target(backend), space, attributes, backend)
 
@@ -301,7 +305,7 @@ def compile_fused(task: Task, group: FusionGroup, target: str = "cpu", space: in
         return cached
     anchor = group.anchor_member
     try:
-        scheduled = fuse_group(_schedule_for(anchor.task, anchor.name, kind, space, dict(anchor.attributes)),
+        scheduled = fuse_group(_schedule_for(anchor.task, anchor.name, kind, space, dict(anchor.attributes))[0],
                                group)
     except FusionError as exc:
         members = [compile_task(m.task, kind, space, op_name=m.name, attributes=dict(m.attributes))

@@ -104,7 +104,8 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
 
     task = scale_task()
     target = types.SimpleNamespace(kind="cpu")
-    assert driver._schedule(task, "scale", target, 0).source == "auto"
+    scheduled, tuning = driver._schedule(task, "scale", target, 0)
+    assert scheduled.source == "auto" and tuning is None
     built = []
 
     class FakeTemplate:
@@ -131,7 +132,9 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
         plugin = types.ModuleType(f"fake_templates_{applies}")
         plugin.register_templates = hookimpl(lambda register, a=applies: register("fake.scale", FakeTemplate(a)))
         with isolated_plugin_host.temporary_plugin(plugin):
-            driver._schedule(task, "scale", target, 1, {"factor": 2.0})
+            scheduled, tuning = driver._schedule(task, "scale", target, 1, {"factor": 2.0})
+            # the auto-scheduler answers where no template applies; the tuner's result comes along
+            assert (tuning is None) is (not applies) and (tuning is None or tuning.params == {"tile": 4})
     # the template that does not apply is never tuned; the one that does is built with the winner's params
     assert calls == [("scale", ["fake.scale"], 1, True, True)]
     assert built == [({"factor": 2.0}, {"tile": 4})]

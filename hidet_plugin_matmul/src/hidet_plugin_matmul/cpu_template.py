@@ -44,7 +44,7 @@ from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_space import cpu_matmul_space, target_facts
-from hidet_plugin_matmul.operators import OPERATOR, element_index
+from hidet_plugin_matmul.operators import OPERATOR, MatmulOperands
 
 __all__ = ["CpuPackedMatmul", "build_cpu_matmul"]
 
@@ -88,24 +88,37 @@ def _shape_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], worker
     }
 
 
+def _plan_and_vector(plan: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+                     target: Any) -> tuple:
+    """(the variant's block plan for this shape, SIMD lanes, the vector type)."""
+    facts = target_facts(target)
+    p = plan(attributes, params, int(params.get("workers", facts["cores"])))
+    lanes = int(params.get("lanes", facts["lanes"]))
+    if p["nr"] % lanes:
+        raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
+    return p, lanes, vector_type(float32, lanes) if lanes > 1 else float32
+
+
+def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], bpack: int, apack: int,
+               cpart: int) -> ScheduledTask:
+    """One launch of `kernel` over A, B, C and its three per-worker packing workspaces."""
+    workspace = (WorkspaceSpec("bpack", "float32", (bpack,)), WorkspaceSpec("apack", "float32", (apack,)),
+                 WorkspaceSpec("cpart", "float32", (cpart,)))
+    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
+                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
+    return ScheduledTask(script_module(kernel, name=name), (launch,), workspace, source="matmul.cpu_packed",
+                         params=dict(params))
+
+
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
                      name: str = "matmul_cpu_packed") -> ScheduledTask:
     if params.get("bpack", "full") == "block":
         return _build_block(attributes, params, target, name)
-    facts = target_facts(target)
-    p = _shape_plan(attributes, params, int(params.get("workers", facts["cores"])))
-    lanes = int(params.get("lanes", facts["lanes"]))
-    if p["nr"] % lanes:
-        raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
-    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
-    batch = int(attributes.get("batch", 1))
-    a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
-    a_batched, b_batched = bool(attributes["a_batched"]), bool(attributes["b_batched"])
-    out_rank = int(attributes["out_rank"])
-    a_shape = ((batch if a_batched else 1), m, k) if a_rank == 3 else (m, k)
-    b_shape = ((batch if b_batched else 1), k, n) if b_rank == 3 else (k, n)
-    c_shape = (batch, m, n) if out_rank == 3 else (m, n)
+    ops = MatmulOperands(attributes)
+    batch, b_batched = ops.batch, ops.b_batched
+    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
     k_blocks, panels_total, rows_per_part = p["k_blocks"], p["panels_total"], p["rows_per_part"]
     # Worker w owns N sub-blocks jw*q .. jw*q+q-1 and M part iw: (jw, iw) from spatial,
@@ -119,17 +132,8 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bpack_size, workers * cpart_size)
 
-    def a_index(bi, row, col):
-        return element_index(a_rank, a_batched, bi, row, col)
-
-    def b_index(bi, row, col):
-        return element_index(b_rank, b_batched, bi, row, col)
-
-    def c_index(bi, row, col):
-        return element_index(out_rank, True, bi, row, col)
-
     @script
-    def matmul_cpu_packed(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape], bpack: f32[workers * bpack_size],
+    def matmul_cpu_packed(a: f32[ops.a_shape], b: f32[ops.b_shape], c: f32[ops.c_shape], bpack: f32[workers * bpack_size],
                           apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
@@ -194,13 +198,8 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                                         if row0 + i < row_hi and col0 + j < n:
                                                             c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
 
-    module = script_module(matmul_cpu_packed, name=name)
-    workspace = (WorkspaceSpec("bpack", "float32", (workers * bpack_size,)),
-                 WorkspaceSpec("apack", "float32", (workers * apack_size,)),
-                 WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
-                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
-    return ScheduledTask(module, (launch,), workspace, source="matmul.cpu_packed", params=dict(params))
+    return _scheduled(matmul_cpu_packed, name, params, workers * bpack_size, workers * apack_size,
+                      workers * cpart_size)
 
 
 def _block_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], workers: int) -> dict:
@@ -246,20 +245,10 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     M, B is read from memory once and never written back (the full-K variant writes
     and re-reads a K x nsub copy). Items are whole (batch entry, sub-block) pairs, so a
     batch is spread over the workers without both packing the same A rows."""
-    facts = target_facts(target)
-    p = _block_plan(attributes, params, int(params.get("workers", facts["cores"])))
-    lanes = int(params.get("lanes", facts["lanes"]))
-    if p["nr"] % lanes:
-        raise ValueError(f"nr={p['nr']} is not a multiple of the vector width ({lanes} lanes)")
-    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    p, lanes, vec = _plan_and_vector(_block_plan, attributes, params, target)
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
-    batch = p["batch"]
-    a_rank, b_rank = int(attributes["a_rank"]), int(attributes["b_rank"])
-    a_batched, b_batched = bool(attributes["a_batched"]), bool(attributes["b_batched"])
-    out_rank = int(attributes["out_rank"])
-    a_shape = ((batch if a_batched else 1), m, k) if a_rank == 3 else (m, k)
-    b_shape = ((batch if b_batched else 1), k, n) if b_rank == 3 else (k, n)
-    c_shape = (batch, m, n) if out_rank == 3 else (m, n)
+    ops = MatmulOperands(attributes)
+    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels, nsb = p["workers"], p["m_tiles"], p["sub_panels"], p["nsb"]
     k_blocks, panels_total, items = p["k_blocks"], p["panels_total"], p["items"]
     work = spatial(workers, 1) * repeat(p["per_worker"], 1)   # worker w: items w*q .. w*q+q-1
@@ -271,17 +260,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bblk_size, workers * cpart_size)
 
-    def a_index(bi, row, col):
-        return element_index(a_rank, a_batched, bi, row, col)
-
-    def b_index(bi, row, col):
-        return element_index(b_rank, b_batched, bi, row, col)
-
-    def c_index(bi, row, col):
-        return element_index(out_rank, True, bi, row, col)
-
     @script
-    def matmul_cpu_block(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape], bblk: f32[workers * bblk_size],
+    def matmul_cpu_block(a: f32[ops.a_shape], b: f32[ops.b_shape], c: f32[ops.c_shape], bblk: f32[workers * bblk_size],
                          apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
@@ -342,13 +322,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                                     if row0 + i < m and col0 + j < n:
                                                         c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
 
-    module = script_module(matmul_cpu_block, name=name)
-    workspace = (WorkspaceSpec("bpack", "float32", (workers * bblk_size,)),
-                 WorkspaceSpec("apack", "float32", (workers * apack_size,)),
-                 WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
-                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
-    return ScheduledTask(module, (launch,), workspace, source="matmul.cpu_packed", params=dict(params))
+    return _scheduled(matmul_cpu_block, name, params, workers * bblk_size, workers * apack_size,
+                      workers * cpart_size)
 
 
 class CpuPackedMatmul(Template):

@@ -1,5 +1,5 @@
-"""What the CUDA matmul templates share: task attributes, operand indexing, and the
-split of a task mapping into "where this worker starts" and "which tile offsets it
+"""What the CUDA matmul templates share: target and task facts, and the split of a
+task mapping into "where this worker starts" and "which tile offsets it
 visits".
 
 Why split a mapping: a mapping built from spatial and repeat atoms is linear in its
@@ -14,12 +14,11 @@ fold to constant offsets.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 from hidet_framework.ir.layout import index_add, index_div, index_mod, index_mul
 from hidet_framework.ir.mapping import SpatialTaskMapping, TaskMapping
 
-from hidet_plugin_matmul.operators import element_index
 
 
 def static_tasks(mapping: TaskMapping) -> list[tuple]:
@@ -56,43 +55,6 @@ def worker_origin(mapping: TaskMapping, worker: Any) -> tuple:
         outer *= atom.num_workers
         origin = [index_add(index_mul(o, atom.shape[d]), digits[d]) for d, o in enumerate(origin)]
     return tuple(origin)
-
-
-class MatmulOperands:
-    """Element access of the canonical matmul operands (2-D or 3-D, batch flags)."""
-
-    def __init__(self, attributes: Mapping[str, Any]):
-        self.m, self.n, self.k = (int(attributes[x]) for x in ("m", "n", "k"))
-        self.batch = int(attributes.get("batch", 1))
-        self.a_rank = int(attributes.get("a_rank", 2))
-        self.b_rank = int(attributes.get("b_rank", 2))
-        self.a_batched = bool(attributes.get("a_batched", False))
-        self.b_batched = bool(attributes.get("b_batched", False))
-        self.out_rank = int(attributes.get("out_rank", 2))
-
-    @property
-    def a_shape(self) -> tuple:
-        return (self.m, self.k) if self.a_rank == 2 else ((self.batch if self.a_batched else 1), self.m, self.k)
-
-    @property
-    def b_shape(self) -> tuple:
-        return (self.k, self.n) if self.b_rank == 2 else ((self.batch if self.b_batched else 1), self.k, self.n)
-
-    @property
-    def c_shape(self) -> tuple:
-        return (self.m, self.n) if self.out_rank == 2 else (self.batch, self.m, self.n)
-
-    def a_index(self, bz: Any, row: Any, col: Any) -> tuple:
-        return element_index(self.a_rank, self.a_batched, bz, row, col)
-
-    def b_index(self, bz: Any, row: Any, col: Any) -> tuple:
-        return element_index(self.b_rank, self.b_batched, bz, row, col)
-
-    def c_index(self, bz: Any, row: Any, col: Any) -> tuple:
-        return element_index(self.out_rank, True, bz, row, col)
-
-    def key(self) -> str:
-        return f"{self.batch}x{self.m}x{self.n}x{self.k}"
 
 
 def ceil_div(a: int, b: int) -> int:

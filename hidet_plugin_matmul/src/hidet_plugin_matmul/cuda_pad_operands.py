@@ -8,7 +8,8 @@ from typing import Any
 from hidet_framework.lang import attrs, script, static_range
 
 from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy
-from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div
+from hidet_plugin_matmul.operators import MatmulOperands
 
 
 def round8(x: int) -> int:

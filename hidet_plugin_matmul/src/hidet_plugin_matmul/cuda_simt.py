@@ -34,10 +34,9 @@ from hidet_framework.lang import attrs, f32, register_tensor, script, script_mod
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
-from hidet_plugin_matmul.cuda_matmul_common import (
-    MatmulOperands, ceil_div, static_tasks, target_int, task_dtype, worker_origin,
-)
 from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy, seq_of, store
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks, target_int, task_dtype, worker_origin
+from hidet_plugin_matmul.operators import MatmulOperands
 
 A_PAD = 4  # floats of padding per transposed A row: conflict-free stores, 16-byte aligned rows
 

@@ -24,9 +24,10 @@ from typing import Any, Mapping
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
-from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, target_int, task_dtype
+from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_pad_operands import padded_shapes
 from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, staging, tc_config
+from hidet_plugin_matmul.operators import MatmulOperands
 
 # (block_m, block_n, warps_m, warps_n), most generally useful first
 BLOCK_TILES = [

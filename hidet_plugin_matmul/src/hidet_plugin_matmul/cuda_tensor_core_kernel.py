@@ -45,9 +45,10 @@ from hidet_framework.ir.dtypes import data_type
 from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, both, cp_async_tile, grid3, guard, guarded_copy, seq_of, store,
 )
-from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, worker_origin
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
 from hidet_plugin_matmul.cuda_pad_operands import build_pad_kernel, padded_shapes
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
+from hidet_plugin_matmul.operators import MatmulOperands
 
 
 def smem_swizzle(rows: int, cols: int):

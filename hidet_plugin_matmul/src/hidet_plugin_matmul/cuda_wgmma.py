@@ -38,8 +38,9 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
-from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands, ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
+from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
 DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}

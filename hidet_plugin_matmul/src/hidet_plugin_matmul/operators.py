@@ -9,7 +9,7 @@ imports the plugin that provides an operator), and the result reshaped back.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -27,6 +27,44 @@ def element_index(rank: int, batched: bool, b: Any, row: Any, col: Any) -> tuple
     if rank == 2:
         return (row, col)
     return (b if batched else 0, row, col)
+
+
+class MatmulOperands:
+    """Shapes and element access of the canonical matmul operands (2-D or 3-D, batch
+    flags), from the operator's task attributes: what every template indexes them by."""
+
+    def __init__(self, attributes: Mapping[str, Any]):
+        self.m, self.n, self.k = (int(attributes[x]) for x in ("m", "n", "k"))
+        self.batch = int(attributes.get("batch", 1))
+        self.a_rank = int(attributes.get("a_rank", 2))
+        self.b_rank = int(attributes.get("b_rank", 2))
+        self.a_batched = bool(attributes.get("a_batched", False))
+        self.b_batched = bool(attributes.get("b_batched", False))
+        self.out_rank = int(attributes.get("out_rank", 2))
+
+    @property
+    def a_shape(self) -> tuple:
+        return (self.m, self.k) if self.a_rank == 2 else ((self.batch if self.a_batched else 1), self.m, self.k)
+
+    @property
+    def b_shape(self) -> tuple:
+        return (self.k, self.n) if self.b_rank == 2 else ((self.batch if self.b_batched else 1), self.k, self.n)
+
+    @property
+    def c_shape(self) -> tuple:
+        return (self.m, self.n) if self.out_rank == 2 else (self.batch, self.m, self.n)
+
+    def a_index(self, bz: Any, row: Any, col: Any) -> tuple:
+        return element_index(self.a_rank, self.a_batched, bz, row, col)
+
+    def b_index(self, bz: Any, row: Any, col: Any) -> tuple:
+        return element_index(self.b_rank, self.b_batched, bz, row, col)
+
+    def c_index(self, bz: Any, row: Any, col: Any) -> tuple:
+        return element_index(self.out_rank, True, bz, row, col)
+
+    def key(self) -> str:
+        return f"{self.batch}x{self.m}x{self.n}x{self.k}"
 
 
 def matmul_task(a_shape: tuple, b_shape: tuple, dtype: Any) -> tuple[Task, dict]:

@@ -141,7 +141,7 @@ def test_unaligned_operands_are_padded_first():
 
 
 def attrs_ops(attrs):
-    from hidet_plugin_matmul.cuda_matmul_common import MatmulOperands
+    from hidet_plugin_matmul.operators import MatmulOperands
 
     return MatmulOperands(attrs)
 
