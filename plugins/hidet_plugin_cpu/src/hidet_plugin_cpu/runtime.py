@@ -12,11 +12,14 @@ read-only or empty array, a numpy scalar — falls to a slow path that runs the 
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from hidet_framework.backend.build_cache import read_artifact
 from hidet_framework.backend.contract import LoadedModule
+from hidet_framework.backend.private_files import load_library_bytes
 from hidet_framework.backend.naming import c_identifier
 from hidet_framework.backend.signature import FunctionSignature, check_args, numpy_dtype
 
@@ -156,7 +159,9 @@ class CpuLoadedModule(LoadedModule):
     def __init__(self, path: str, signatures: Sequence[FunctionSignature],
                  symbols: Mapping[str, str] | None = None) -> None:
         self.path = path
-        self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        # The checked bytes of the file, loaded from a private copy: nothing reopens
+        # `path` between the ownership/mode/hash checks and dlopen (private_files.py).
+        self._lib = load_library_bytes(read_artifact(path), os.path.basename(path))
         self._functions: dict[str, Callable[..., None]] = {}
         for sig in signatures:
             symbol = (symbols or {}).get(sig.name) or c_identifier(sig.name)
