@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import attrs
 
 from hidet_framework.backend.contract import Target
-from hidet_framework.tuner.cache import TuningCache
+from hidet_framework.tuner.cache import TuningCache, TuningRecordWarning, validate_record
 from hidet_framework.tuner.template import Template
 
 
@@ -108,12 +108,17 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
     started = time.perf_counter()
     cache = cache or TuningCache()
     key = TuningCache.key(task.fingerprint(), target.fingerprint(), operator,
-                          [(t.name, t.version) for t in templates])
-    by_name = {t.name: t for t in templates}
+                          [(t.name, t.version) for t in templates], level)
     record = cache.get(key) if level > 0 else None
-    if record is not None and record["template"] in by_name:
-        return TuningResult(by_name[record["template"]], record["params"], record.get("seconds", 0.0),
-                            record.get("candidates", 0), (), 0.0, True)
+    if record is not None:
+        template, params, why = validate_record(record, templates, target, level)
+        if template is not None:
+            return TuningResult(template, params, _number(record.get("seconds")), _count(record.get("candidates")),
+                                (), 0.0, True)
+        import warnings
+
+        warnings.warn(f"tuning record {cache.path(key)} ignored and tuned again: {why}", TuningRecordWarning,
+                      stacklevel=2)
 
     candidates = candidates_of(templates, target, level)
     if len(candidates) == 1:
@@ -131,6 +136,14 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
                     "params": dict(result.params), "seconds": result.seconds,
                     "candidates": result.candidates, "tuning_seconds": result.tuning_seconds})
     return result
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[dict, list[tuple[int, str]]]:
