@@ -21,6 +21,7 @@ from hidet_framework.backend.build_cache import read_artifact
 from hidet_framework.backend.contract import LoadedModule
 from hidet_framework.backend.private_files import load_library_bytes
 from hidet_framework.backend.naming import c_identifier
+from hidet_framework.backend.param_access import python_extent
 from hidet_framework.backend.signature import FunctionSignature, check_args, numpy_dtype
 
 __all__ = ["CpuLoadedModule", "CTYPES_SCALAR", "make_caller", "signatures_of"]
@@ -79,6 +80,7 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
         "buf": ctypes.c_char.from_buffer, "slow": _slow_convert, "sig": sig,
     }
     checks: list[str] = []
+    extent_checks: list[str] = []  # last: they read scalar arguments already type-checked
     passed: list[str] = []
     for i, (spec, a) in enumerate(zip(sig.params, names)):
         if spec.kind == "tensor":
@@ -93,6 +95,9 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
                 else:
                     checks.append(f"len({a}.shape) == {len(spec.shape)}")
                     checks += [f"{a}.shape[{d}] == {n}" for d, n in enumerate(spec.shape) if n is not None]
+            for d, expr in enumerate(spec.extents or ()):
+                if expr is not None:  # validated grammar; only a0, a1... names reach the code
+                    extent_checks.append(f"{a}.shape[{d}] == {python_extent(expr, len(names), dict(enumerate(names)))}")
             passed.append(f"byref(buf({a}))")  # raises on size-0 arrays -> slow path
         elif spec.dtype in ("float32", "float64"):
             checks.append(f"type({a}) is float")
@@ -108,7 +113,7 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
     # missing argument fails the type checks, and the slow path then reports the arity.
     params = ", ".join(f"{a}=MISSING" for a in names)
     given = ", ".join(names)
-    cond = " and ".join(["not extra", *checks])
+    cond = " and ".join(["not extra", *checks, *extent_checks])
     code = (
         f"def call({params}{', ' if names else ''}*extra):\n"
         f"    if {cond}:\n"
