@@ -63,13 +63,13 @@ def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
     """(index, error or None, (ScheduledTask, prepare's result) or None)."""
     cand: Candidate = _JOB["candidates"][index]
     try:
-        scheduled = cand.template.build(_JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
+        scheduled = _JOB["build"](cand.template, _JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
         result = (scheduled, _JOB["prepare"](scheduled))
         if _JOB["in_pool"]:  # what cannot travel back fails this candidate here, not the pool
             pickle.dumps(result)
         return index, None, result
     except Exception as exc:  # one bad candidate must not stop the search
-        return index, f"{type(exc).__name__}: {exc}", None
+        return index, f"{getattr(cand.template, 'name', '?')} {dict(cand.params)!r}: {type(exc).__name__}: {exc}", None
 
 
 def _progress():
@@ -103,8 +103,12 @@ def candidates_of(templates: Sequence[Template], target: Target, level: int) -> 
 def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,
          templates: Sequence[Template], level: int,
          prepare: Callable[[Any], Any], measure: Callable[[Any, int, Any], list[float]],
-         cache: Optional[TuningCache] = None, workers: Optional[int] = None) -> TuningResult:
-    """Tune `task` over the templates' candidates at space `level`."""
+         cache: Optional[TuningCache] = None, workers: Optional[int] = None,
+         build: Optional[Callable[..., Any]] = None) -> TuningResult:
+    """Tune `task` over the templates' candidates at space `level`. `build(template,
+    task, attributes, params, target)` makes a candidate's schedule (default: the
+    template's own build(); the driver passes ``template.build_scheduled``, which checks
+    the result)."""
     started = time.perf_counter()
     cache = cache or TuningCache()
     key = TuningCache.key(task.fingerprint(), target.fingerprint(), operator,
@@ -125,7 +129,8 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
         c = candidates[0]
         return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
 
-    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers)
+    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers,
+                                    build or _template_build)
     if not prepared:
         raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
     times = _measure_all(prepared, measure)
@@ -146,11 +151,15 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[dict, list[tuple[int, str]]]:
+def _template_build(template: Any, task: Any, attributes: Any, params: Any, target: Any) -> Any:
+    return template.build(task, attributes, params, target)
+
+
+def _build_all(task, attributes, target, candidates, prepare, workers, build) -> tuple[dict, list[tuple[int, str]]]:
     """({index: (ScheduledTask, prepared)} of the candidates that built, sorted failures)."""
     workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
     _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare,
-                in_pool=workers > 1)
+                in_pool=workers > 1, build=build)
     failures: list[tuple[int, str]] = []
     prepared: dict[int, Any] = {}
     try:
