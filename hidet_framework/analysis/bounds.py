@@ -1,7 +1,7 @@
 """Interval analysis of integer expressions.
 
 `bound_of(expr, var_bounds)` gives an `Interval` that contains every value `expr` can
-take under the evaluator's semantics (``hidet_framework.ir.evaluator``), given intervals
+take under the evaluator's semantics (``hidet_framework.analysis.evaluator``), given intervals
 of some variables. The simplifier uses it to drop divisions, modulos and comparisons.
 
 Soundness over precision: whenever an operation might wrap around its integer type

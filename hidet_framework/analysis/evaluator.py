@@ -64,7 +64,7 @@ class Buffer:
                 raise EvaluationError(f"a pointer takes one index, got {len(indices)}")
             return indices[0]
         if len(indices) == 1 and self.ttype.rank != 1:
-            return indices[0]  # a flattened access: the element offset (transforms/flatten_tensor_index)
+            return indices[0]  # a flattened access: the element offset (lowering/flatten_tensor_index)
         layout = self.ttype.get_layout()
         return int(ev.eval_expr(layout(*[const(i) for i in indices])))
 

@@ -29,6 +29,7 @@ from hidet_framework.fusion.graft_epilogue import epilogue_form
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder
+from hidet_framework.graph.passes.pipeline import GraphPass
 from hidet_framework.graph.tensor import Operator, Tensor
 
 FUSED_OPERATOR = "fused"
@@ -156,3 +157,7 @@ def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = Non
         grouped += len(group.members)
     ctx.record("partition_fusion_groups", groups=fused, operators_fused=grouped)
     return rebuild.graph(graph)
+
+
+# The fusion stage's graph passes, run after ``graph.passes.GRAPH_PASSES``.
+FUSION_PASSES: list[GraphPass] = [partition_fusion_groups]

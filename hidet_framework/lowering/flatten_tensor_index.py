@@ -20,10 +20,10 @@ from typing import Any
 from hidet_framework.ir.expr import Expr, TensorElement, Var
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.functors import IRRewriter, collect
-from hidet_framework.ir.simplify import same_expr, simplify
+from hidet_framework.simplifier.simplify import same_expr, simplify
 from hidet_framework.ir.stmt import BufferStoreStmt, DeclareStmt
 from hidet_framework.ir.types import TensorType, tensor_type
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 
 class FlattenError(ValueError):

@@ -18,7 +18,7 @@ from hidet_framework.ir.func import Function
 from hidet_framework.ir.functors import IRRewriter
 from hidet_framework.ir.stmt import BufferStoreStmt, DeclareStmt, LetStmt
 from hidet_framework.ir.types import PointerType
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 
 def _is_zero(e: Any) -> bool:

@@ -29,7 +29,7 @@ from hidet_framework.ir.stmt import (
     ForStmt, IfStmt, LetStmt, ReturnStmt, SeqStmt, Stmt, WhileStmt,
 )
 from hidet_framework.ir.types import TensorType
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 
 def _access_checks(base: Any, indices: tuple) -> list[tuple[Expr, str]]:

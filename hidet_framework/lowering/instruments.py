@@ -66,13 +66,13 @@ class VerifyAfter:
         self._flattened = False  # from flatten_tensor_index on, one index per tensor access
 
     def enter_pipeline(self, module: IRModule, ctx: Any) -> None:
-        from hidet_framework.transforms.verify_ir import verify_ir
+        from hidet_framework.lowering.verify_ir import verify_ir
 
         self._flattened = False
         verify_ir(module, after_pass="<input of the pipeline>")
 
     def after_pass(self, pass_: Any, module: IRModule, ctx: Any) -> None:
-        from hidet_framework.transforms.verify_ir import verify_ir
+        from hidet_framework.lowering.verify_ir import verify_ir
 
         self._flattened = self._flattened or pass_.name == "flatten_tensor_index"
         verify_ir(module, after_pass=pass_.name, flattened=self._flattened)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from hidet_framework.ir.func import Function, IRModule
 
 if TYPE_CHECKING:
-    from hidet_framework.transforms.pass_context import PassContext
+    from hidet_framework.lowering.pass_context import PassContext
 
 
 class Pass:

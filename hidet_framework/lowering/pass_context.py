@@ -36,7 +36,7 @@ class PassContext:
     :param config: overrides of `DEFAULT_CONFIG` (and extra keys for plugin passes).
     :param instruments: objects with any of ``enter_pipeline(module, ctx)``,
         ``before_pass(pass_, module, ctx)``, ``after_pass(pass_, module, ctx)``,
-        ``exit_pipeline(module, ctx)``; see ``transforms.instruments``.
+        ``exit_pipeline(module, ctx)``; see ``lowering.instruments``.
     """
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None,

@@ -26,8 +26,8 @@ from typing import Optional, Sequence
 import attrs
 
 from hidet_framework.ir.func import IRModule
-from hidet_framework.transforms.pass_base import Pass
-from hidet_framework.transforms.pass_context import PassContext
+from hidet_framework.lowering.pass_base import Pass
+from hidet_framework.lowering.pass_context import PassContext
 
 INSERTION_POINTS: tuple[str, ...] = ("before_lowering", "after_lowering", "before_codegen")
 
@@ -74,12 +74,12 @@ def plugin_passes(point: str, target_kind: str) -> list[Pass]:
 
 def lowering_pipeline(target_kind: str) -> list[Pass]:
     """The standard lowering passes for `target_kind`, plugin passes included."""
-    from hidet_framework.transforms.flatten_tensor_index import FlattenTensorIndex
-    from hidet_framework.transforms.flatten_tensor_slice import FlattenTensorSlice
-    from hidet_framework.transforms.insert_bounds_check import InsertBoundsCheck
-    from hidet_framework.transforms.lower_task_mapping import LowerTaskMapping
-    from hidet_framework.transforms.simplify_expr import SimplifyExpr
-    from hidet_framework.transforms.unroll_loops import UnrollLoops
+    from hidet_framework.lowering.flatten_tensor_index import FlattenTensorIndex
+    from hidet_framework.lowering.flatten_tensor_slice import FlattenTensorSlice
+    from hidet_framework.lowering.insert_bounds_check import InsertBoundsCheck
+    from hidet_framework.mapping.lower_task_mapping import LowerTaskMapping
+    from hidet_framework.lowering.simplify_expr import SimplifyExpr
+    from hidet_framework.lowering.unroll_loops import UnrollLoops
 
     return [
         *plugin_passes("before_lowering", target_kind),

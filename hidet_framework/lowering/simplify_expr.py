@@ -1,4 +1,4 @@
-"""simplify_expr: run the arithmetic simplifier (``ir.simplify``) on every expression,
+"""simplify_expr: run the arithmetic simplifier (``simplifier.simplify``) on every expression,
 knowing the bounds that enclosing statements give:
 
   * ``for i in range(n)``: i in [0, max(n) - 1] (the body only runs when n > i >= 0);
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hidet_framework.ir.bounds import Interval
+from hidet_framework.analysis.bounds import Interval
 from hidet_framework.ir.expr import Constant
 from hidet_framework.ir.func import Function
-from hidet_framework.ir.simplify import Simplifier
+from hidet_framework.simplifier.simplify import Simplifier
 from hidet_framework.ir.stmt import AssertStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 
 def _empty() -> SeqStmt:

@@ -22,7 +22,7 @@ from hidet_framework.ir.functors import IRRewriter, collect, substitute
 from hidet_framework.ir.stmt import (
     BreakStmt, ContinueStmt, DeclareStmt, ForMappingStmt, ForStmt, LetStmt, SeqStmt, Stmt,
 )
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 
 def defined_vars(body: Stmt) -> list[Var]:

@@ -391,7 +391,7 @@ def mapping_register_layout(mapping: Any) -> Layout:
     Spatial parts become `local` (other workers hold those), repeat parts become
     `dense` with the same ranks, so the offset of the j-th task of
     ``mapping.worker2task(w)`` is j for every worker w."""
-    from hidet_framework.ir.mapping import RepeatTaskMapping  # mapping imports layout
+    from hidet_framework.mapping.task_mapping import RepeatTaskMapping  # mapping imports layout
 
     parts = [DenseLayout(a.shape, a.ranks) if isinstance(a, RepeatTaskMapping) else LocalLayout(a.shape)
              for a in mapping.atoms()]  # atoms are repeat or spatial

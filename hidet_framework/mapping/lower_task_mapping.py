@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.functors import IRRewriter
 from hidet_framework.ir.stmt import ForMappingStmt, Stmt
-from hidet_framework.transforms.pass_base import FunctionPass
+from hidet_framework.lowering.pass_base import FunctionPass
 
 if TYPE_CHECKING:
-    from hidet_framework.transforms.pass_context import PassContext
+    from hidet_framework.lowering.pass_context import PassContext
 
 
 class _ForMappingLowerer(IRRewriter):

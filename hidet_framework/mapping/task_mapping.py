@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from hidet_framework.ir.expr import Constant, Expr, Var, convert, var
-from hidet_framework.ir.layout import index_add, index_div, index_mod, index_mul, normalize_ranks
+from hidet_framework.mapping.layout import index_add, index_div, index_mod, index_mul, normalize_ranks
 from hidet_framework.ir.stmt import ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt, Stmt
 
 Task = tuple
@@ -111,7 +111,7 @@ class TaskMapping:
 
     def register_layout(self):
         """The mirror layout of this mapping (see ``layout.mapping_register_layout``)."""
-        from hidet_framework.ir.layout import mapping_register_layout
+        from hidet_framework.mapping.layout import mapping_register_layout
 
         return mapping_register_layout(self)
 

@@ -2,9 +2,9 @@
 
 `simplify(expr, var_bounds)` folds constants, applies identities, moves constants to
 the right of commutative operators and combines them, and uses variable bounds
-(``hidet_framework.ir.bounds``) to remove divisions, modulos, min/max and comparisons.
+(``hidet_framework.analysis.bounds``) to remove divisions, modulos, min/max and comparisons.
 
-Every rule keeps the value the evaluator (``hidet_framework.ir.evaluator``) computes:
+Every rule keeps the value the evaluator (``hidet_framework.analysis.evaluator``) computes:
 integer division and modulo truncate toward zero and results wrap to their type. So
 re-association is only done within one integer type (wrapping arithmetic is a ring),
 rules that depend on magnitudes ask `bound_of` (which reports "unbounded" whenever
@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 import attrs
 import numpy as np
 
-from hidet_framework.ir.bounds import Bounder, Interval, as_interval, type_range
+from hidet_framework.analysis.bounds import Bounder, Interval, as_interval, type_range
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import (
     BinaryOp, Call, Cast, Constant, Expr, IfThenElse, Node, TensorElement, UnaryOp, Var, const,
@@ -32,8 +32,8 @@ from hidet_framework.ir.expr import (
 )
 from hidet_framework.ir.functors import IRRewriter, collect
 from hidet_framework.ir.primitives import lookup_primitive
-from hidet_framework.ir.simplify_div_mod import div_mod_by_bounds, nested_div_mod, split_multiples
-from hidet_framework.ir.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
+from hidet_framework.simplifier.simplify_div_mod import div_mod_by_bounds, nested_div_mod, split_multiples
+from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
 # ------------------------------------------------------------------------- helpers
@@ -76,7 +76,7 @@ def fold_constants(s: "Simplifier", e: Expr) -> Optional[Expr]:
     t = infer_type(e)
     if not isinstance(t, DataType) or t.lanes != 1:
         return None
-    from hidet_framework.ir.evaluator import EvaluationError, evaluate_expr
+    from hidet_framework.analysis.evaluator import EvaluationError, evaluate_expr
 
     try:
         with np.errstate(all="ignore"):

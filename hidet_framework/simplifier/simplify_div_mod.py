@@ -1,9 +1,9 @@
 """The simplifier's rules for integer division and modulo by a positive constant.
 
 They remove or split ``x / c`` and ``x % c`` using the bounds of `x`
-(``hidet_framework.ir.bounds``): truncating division keeps the sign of `x`, so each
+(``hidet_framework.analysis.bounds``): truncating division keeps the sign of `x`, so each
 rule asks for non-negative or finite bounds before it applies, and never lets a
-rewritten sum wrap around its type. ``hidet_framework.ir.simplify`` lists them in its
+rewritten sum wrap around its type. ``hidet_framework.simplifier.simplify`` lists them in its
 rule tables for ``div`` and ``mod``.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Optional
 
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import BinaryOp, Expr, const
-from hidet_framework.ir.simplify_rules_common import fits, is_const, same_int_type
+from hidet_framework.simplifier.simplify_rules_common import fits, is_const, same_int_type
 from hidet_framework.ir.type_infer import infer_type
 
 if TYPE_CHECKING:
-    from hidet_framework.ir.simplify import Simplifier
+    from hidet_framework.simplifier.simplify import Simplifier
 
 
 def div_mod_by_bounds(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from hidet_framework.ir.bounds import type_range
+from hidet_framework.analysis.bounds import type_range
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Constant, Expr
 from hidet_framework.ir.type_infer import infer_type
 
 if TYPE_CHECKING:
-    from hidet_framework.ir.simplify import Simplifier
+    from hidet_framework.simplifier.simplify import Simplifier
 
 # A rule gets the simplifier (for `bound` and `may_drop`) and a node whose children are
 # already simplified; it returns the rewritten node, or None when it does not apply.

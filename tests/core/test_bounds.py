@@ -7,8 +7,8 @@ import math
 from hypothesis import assume, given, strategies as st
 
 from hidet_framework.ir import BinaryOp, const, if_then_else, logical_not, var
-from hidet_framework.ir.bounds import Interval, as_interval, bound_of
-from hidet_framework.ir.evaluator import EvaluationError, evaluate_expr
+from hidet_framework.analysis.bounds import Interval, as_interval, bound_of
+from hidet_framework.analysis.evaluator import EvaluationError, evaluate_expr
 
 i, j, n = var("i"), var("j"), var("n")
 B = {i: (0, 16), j: (0, 4)}

@@ -15,14 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hidet_framework.ir.equality import assert_structural_equal
-from hidet_framework.ir.evaluator import evaluate_expr, evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_expr, evaluate_function
 from hidet_framework.ir.expr import var
 from hidet_framework.ir.func import Function
-from hidet_framework.ir.layout import (
+from hidet_framework.mapping.layout import (
     ComposedLayout, ConcatLayout, Layout, column_major, dense, local, mapping_register_layout,
     row_major, swizzle,
 )
-from hidet_framework.ir.mapping import repeat, spatial
+from hidet_framework.mapping.task_mapping import repeat, spatial
 from hidet_framework.ir.stmt import BufferStoreStmt, ForStmt, seq
 from hidet_framework.ir.types import TensorType, tensor_type
 

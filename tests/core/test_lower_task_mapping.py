@@ -11,16 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hidet_framework.ir.equality import assert_structural_equal
-from hidet_framework.ir.evaluator import evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_function
 from hidet_framework.ir.expr import const, var
 from hidet_framework.ir.func import Function, module
 from hidet_framework.ir.functors import collect
-from hidet_framework.ir.mapping import repeat, spatial
+from hidet_framework.mapping.task_mapping import repeat, spatial
 from hidet_framework.ir.stmt import (
     AssignStmt, BufferStoreStmt, DeclareStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, ReturnStmt, SeqStmt, seq,
 )
 from hidet_framework.ir.types import tensor_type
-from hidet_framework.transforms.lower_task_mapping import LowerTaskMapping
+from hidet_framework.mapping.lower_task_mapping import LowerTaskMapping
 
 
 @st.composite

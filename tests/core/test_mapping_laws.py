@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hidet_framework.ir.expr import var
-from hidet_framework.ir.mapping import (
+from hidet_framework.mapping.task_mapping import (
     ComposedTaskMapping, MappingLoop, RepeatTaskMapping, SpatialTaskMapping, auto_map, repeat, spatial,
 )
 

@@ -9,8 +9,8 @@ from hidet_framework.ir import (
     BinaryOp, Call, IfThenElse, UnaryOp, assert_structural_equal, const, if_then_else, logical_and,
     logical_or, maximum, minimum, var,
 )
-from hidet_framework.ir.evaluator import EvaluationError, evaluate_expr
-from hidet_framework.ir.simplify import same_expr, simplify
+from hidet_framework.analysis.evaluator import EvaluationError, evaluate_expr
+from hidet_framework.simplifier.simplify import same_expr, simplify
 
 i, j, k, n = var("i"), var("j"), var("k"), var("n")
 BOUNDS = {i: (0, 16), j: (0, 4), k: (0, 8)}

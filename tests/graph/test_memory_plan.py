@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from hidet_framework.graph.memory_plan import ALIGNMENT, BufferLifetime, align_up, plan_memory
+from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, align_up, plan_memory
 
 
 def test_chain_reuses_two_buffers():

@@ -8,14 +8,14 @@ from hidet_framework.ir import (
     IfStmt, LetStmt, SeqStmt, assert_structural_equal, const, if_then_else, logical_and,
     logical_not, logical_or, module, seq, tensor_type, var,
 )
-from hidet_framework.ir.layout import column_major
-from hidet_framework.transforms.flatten_tensor_index import FlattenTensorIndex
-from hidet_framework.transforms.flatten_tensor_slice import FlattenTensorSlice
-from hidet_framework.transforms.insert_bounds_check import InsertBoundsCheck
-from hidet_framework.transforms.pass_context import PassContext
-from hidet_framework.transforms.simplify_expr import SimplifyExpr
-from hidet_framework.transforms.unroll_loops import UnrollLoops
-from hidet_framework.transforms.verify_ir import verify_ir
+from hidet_framework.mapping.layout import column_major
+from hidet_framework.lowering.flatten_tensor_index import FlattenTensorIndex
+from hidet_framework.lowering.flatten_tensor_slice import FlattenTensorSlice
+from hidet_framework.lowering.insert_bounds_check import InsertBoundsCheck
+from hidet_framework.lowering.pass_context import PassContext
+from hidet_framework.lowering.simplify_expr import SimplifyExpr
+from hidet_framework.lowering.unroll_loops import UnrollLoops
+from hidet_framework.lowering.verify_ir import verify_ir
 
 F32_6x8 = tensor_type("float32", [6, 8])
 

@@ -10,10 +10,10 @@ from hidet_framework.ir import (
     BufferStoreStmt, DeclareStmt, ForStmt, Function, Scope, const, if_then_else, module, seq,
     tensor_type, var,
 )
-from hidet_framework.ir.evaluator import evaluate_function
-from hidet_framework.transforms.instruments import VerifyAfter
-from hidet_framework.transforms.pass_context import PassContext
-from hidet_framework.transforms.pipeline import lower, lowering_pipeline
+from hidet_framework.analysis.evaluator import evaluate_function
+from hidet_framework.lowering.instruments import VerifyAfter
+from hidet_framework.lowering.pass_context import PassContext
+from hidet_framework.lowering.pipeline import lower, lowering_pipeline
 
 
 class EvaluateAfterEach:
@@ -98,7 +98,7 @@ def test_lowered_accesses_are_flat_and_asserts_are_proven_away():
 
 def test_bounds_check_catches_an_out_of_range_index_at_run_time():
     import pytest
-    from hidet_framework.ir.evaluator import EvaluationError
+    from hidet_framework.analysis.evaluator import EvaluationError
 
     a, out = var("a", tensor_type("float32", [4])), var("out", tensor_type("float32", [8]))
     i = var("i")

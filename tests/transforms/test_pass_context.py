@@ -10,11 +10,11 @@ from hidet_framework.ir import (
     BufferStoreStmt, ForStmt, Function, IRModule, const, module,
     tensor_type, var,
 )
-from hidet_framework.transforms.instruments import PrintAfter, TimingInstrument, VerifyAfter
-from hidet_framework.transforms.pass_base import FunctionPass
-from hidet_framework.transforms.pass_context import DEFAULT_CONFIG, PassContext
-from hidet_framework.transforms.pipeline import lowering_pipeline, run_pipeline
-from hidet_framework.transforms.verify_ir import IRVerificationError, verify_ir
+from hidet_framework.lowering.instruments import PrintAfter, TimingInstrument, VerifyAfter
+from hidet_framework.lowering.pass_base import FunctionPass
+from hidet_framework.lowering.pass_context import DEFAULT_CONFIG, PassContext
+from hidet_framework.lowering.pipeline import lowering_pipeline, run_pipeline
+from hidet_framework.lowering.verify_ir import IRVerificationError, verify_ir
 
 
 def small_module() -> IRModule:
@@ -105,7 +105,7 @@ def test_verify_after_catches_unflattened_access_after_flattening():
             a = fn.params[0]
             return fn.with_body(BufferStoreStmt(a, (const(0), const(0)), 1.0))
 
-    from hidet_framework.transforms.flatten_tensor_index import FlattenTensorIndex
+    from hidet_framework.lowering.flatten_tensor_index import FlattenTensorIndex
     with pytest.raises(IRVerificationError, match="after pass 'unflatten'.*2 indices after flattening"):
         run_pipeline(small_module(), [FlattenTensorIndex(), Unflatten()], PassContext(instruments=[VerifyAfter()]))
 

@@ -5,9 +5,9 @@ import pytest
 
 from hidet_framework.extension import hookimpl
 from hidet_framework.ir import BufferStoreStmt, ForStmt, Function, module, tensor_type, var
-from hidet_framework.transforms.pass_base import FunctionPass
-from hidet_framework.transforms.pass_context import PassContext
-from hidet_framework.transforms.pipeline import (
+from hidet_framework.lowering.pass_base import FunctionPass
+from hidet_framework.lowering.pass_context import PassContext
+from hidet_framework.lowering.pipeline import (
     INSERTION_POINTS, PassRegistration, lower, lowering_pipeline, plugin_passes,
 )
 
