@@ -25,11 +25,12 @@ from typing import Optional, Sequence
 
 import attrs
 
+from hidet_framework.extension.points import AFTER_LOWERING, BEFORE_CODEGEN, BEFORE_LOWERING, IR_POINTS
 from hidet_framework.ir.func import IRModule
 from hidet_framework.lowering.pass_base import Pass
 from hidet_framework.lowering.pass_context import PassContext
 
-INSERTION_POINTS: tuple[str, ...] = ("before_lowering", "after_lowering", "before_codegen")
+INSERTION_POINTS: tuple[str, ...] = IR_POINTS  # the names live in extension/points.py
 
 
 @attrs.frozen
@@ -82,16 +83,16 @@ def lowering_pipeline(target_kind: str) -> list[Pass]:
     from hidet_framework.lowering.unroll_loops import UnrollLoops
 
     return [
-        *plugin_passes("before_lowering", target_kind),
+        *plugin_passes(BEFORE_LOWERING, target_kind),
         FlattenTensorSlice(),
         LowerTaskMapping(),
         FlattenTensorIndex(),
-        *plugin_passes("after_lowering", target_kind),
+        *plugin_passes(AFTER_LOWERING, target_kind),
         SimplifyExpr(),
         UnrollLoops(),
         InsertBoundsCheck(),
         SimplifyExpr(),
-        *plugin_passes("before_codegen", target_kind),
+        *plugin_passes(BEFORE_CODEGEN, target_kind),
     ]
 
 
