@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.graph.compiled_graph import GraphInputError
+from hidet_framework.runtime.compiled_graph import GraphInputError
 from hidet_framework.graph.tensor import ShapeError
 
 

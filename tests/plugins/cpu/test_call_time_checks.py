@@ -8,7 +8,7 @@ import pytest
 
 from hidet_framework.backend.signature import FunctionSignature, ParamSpec
 from hidet_framework.lang import attrs, f32, i32, parallel, script, script_module
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 from hidet_plugin_cpu.codegen import signatures
 
 

@@ -21,7 +21,7 @@ def _relu_task(n):
 @pytest.mark.nvcc
 def test_huge_elementwise_kernel_indexes_in_int64_and_compiles(tmp_cache):
     from hidet_framework.schedule import auto_schedule
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
     from hidet_plugin_cuda.codegen import generate
     from hidet_plugin_cuda.nvrtc_build import build_cubin
 
