@@ -127,3 +127,52 @@ def test_validate_record_returns_the_templates_own_candidate():
     template, params, why = validate_record({"template": "recA", "params": {"tile": 8}}, templates, TARGET, 1)
     assert template is templates[0] and params == {"tile": 8} and why == ""
     assert validate_record({"template": "recA", "params": {"tile": 8.0}}, templates, TARGET, 1)[0] is None
+
+
+# -- the tuning key's fields and the record's round trip (mutation-testing survivors) --
+
+def test_target_and_operator_are_part_of_the_key(cache):
+    from hidet_framework.backend.contract import Target
+
+    templates = _templates()
+    assert not _tune(cache, templates).from_cache
+    other_target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    again = tune(_task(), {}, "scale", other_target, templates, 1, prepare=lambda s: None, measure=_measure,
+                 cache=cache, workers=1)
+    assert not again.from_cache
+    other_op = tune(_task(), {}, "scale_again", TARGET, templates, 1, prepare=lambda s: None, measure=_measure,
+                    cache=cache, workers=1)
+    assert not other_op.from_cache
+    assert _tune(cache, templates).from_cache
+
+
+def test_level_0_never_reads_the_cache(cache):
+    templates = _templates()
+    key = TuningCache.key(_task().fingerprint(), TARGET.fingerprint(), "scale", [("recA", "1")], 0)
+    cache.put(key, {"template": "recA", "version": "1", "params": {"tile": 32}})  # valid, but not the default
+    result = _tune(cache, templates, level=0)
+    assert result.params == {"tile": 4} and not result.from_cache  # the default, untouched
+
+
+def test_a_record_round_trips_every_field(cache):
+    FAKE_COSTS.update(rt=lambda t: {4: 1.2, 8: 1.1, 16: 1.0, 32: 3.0}[t])  # three within 1.25x of the leader
+
+    templates = [FakeTemplate("rt", [4, 8, 16, 32])]
+    first = _tune(cache, templates)
+    assert first.params == {"tile": 16} and first.seconds == 1.0  # not the first of the close ones
+    assert first.candidates == 4 and first.failures == () and 0.0 <= first.tuning_seconds < 60
+    with open(_only_record(cache)) as f:
+        stored = json.load(f)
+    assert stored == {"template": "rt", "version": "1", "params": {"tile": 16}, "seconds": 1.0,
+                      "candidates": 4, "tuning_seconds": first.tuning_seconds}
+    again = _tune(cache, templates)
+    assert again.from_cache and again.params == {"tile": 16} and again.seconds == 1.0
+    assert again.candidates == 4 and again.failures == () and again.tuning_seconds == 0.0
+
+
+def test_a_single_candidate_is_returned_without_timing(cache):
+    FAKE_COSTS.update(one=lambda t: 5.0)
+    result = _tune(cache, [FakeTemplate("one", [8])])
+    assert result.params == {"tile": 8} and result.seconds == 0.0 and result.candidates == 1
+    assert result.failures == () and 0.0 <= result.tuning_seconds < 60 and result.from_cache is False
+    assert not os.path.exists(cache.root) or not os.listdir(cache.root)  # nothing worth caching
