@@ -21,13 +21,10 @@ from hidet_framework.backend.signature import numpy_dtype
 from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
+from hidet_framework.runtime.compiled_task import GraphInputError
 from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
 from hidet_framework.graph.tensor import Operator, Tensor
-
-
-class GraphInputError(ValueError):
-    """A compiled graph was called with the wrong number, dtypes or shapes of inputs."""
 
 
 class CompiledTaskLike(Protocol):
