@@ -46,7 +46,8 @@ def plugins(as_json: bool, show_all: bool) -> None:
     for column in ("hooks", "registered", "error"):
         table.add_column(column, overflow="fold")
     for info in infos:
-        status_style = "green" if info.status == "loaded" else "yellow" if info.error is None else "red"
+        status_style = ("green" if info.status == "loaded" else "red" if info.error or info.conflicts
+                        else "yellow")
         # Text, not markup strings: plugin names and error messages may contain "[...]".
         table.add_row(
             Text(info.name + (" (built-in)" if info.builtin else "")),
@@ -54,8 +55,9 @@ def plugins(as_json: bool, show_all: bool) -> None:
             Text(info.version or "-"),
             Text(info.status, style=status_style),
             Text("\n".join(info.hooks) or "-"),
-            Text(_registered_text(info.registered)),
-            Text(str(info.error), style="red") if info.error else Text("-"),
+            Text("\n".join([_registered_text(info.registered), *(f"overrides {o}" for o in info.overrides)])),
+            Text("\n".join([*([str(info.error)] if info.error else []), *info.conflicts]) or "-",
+                 style="red" if info.error or info.conflicts else ""),
         )
     console = Console()
     if infos:

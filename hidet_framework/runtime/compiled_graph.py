@@ -206,6 +206,11 @@ class CompiledGraph:
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             value = np.asarray(value, dtype=numpy_dtype(want))  # lists and scalars take the graph's dtype
         got_shape, got_dtype = tuple(int(s) for s in value.shape), _dtype_name(value.dtype)
+        if isinstance(value.dtype, np.dtype) and not value.dtype.isnative:
+            # numpy names '>f4' float32 too, but kernels read native byte order: refuse, never swap
+            raise GraphInputError(
+                f"input {k} ({t.name!r}): the array is {got_dtype} in non-native byte order "
+                f"({value.dtype.str!r}); convert it first, e.g. x.astype(x.dtype.newbyteorder('='))")
         if got_dtype not in (want, numpy_dtype(want).name) or got_shape != t.shape:
             raise GraphInputError(
                 f"input {k} ({t.name!r}): expected {_describe(t.shape, want)}, "
