@@ -30,3 +30,13 @@ def operators() -> dict[str, Callable]:
 def register_operators(register) -> None:
     for name, fn in operators().items():
         register(name, fn)
+
+
+@hookimpl
+def register_templates(register) -> None:
+    # Imported here so the operators stay importable even if a template module breaks.
+    from .cpu_template import CpuRowTemplate
+    from .row_access import FAMILIES
+
+    for operator in FAMILIES:
+        register(f"reduce.cpu.{operator}", CpuRowTemplate(operator))
