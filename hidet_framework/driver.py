@@ -28,6 +28,7 @@ from hidet_framework.extension import MissingBackendError, plugin_host
 from hidet_framework.graph.compiled_graph import CompiledGraph, GraphInputError
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
+from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
 from hidet_framework.graph.passes import (
     FUSED_OPERATOR, FUSION_PASSES, GRAPH_PASSES, GraphPassContext, interpret_task, run_graph_passes,
 )
@@ -305,8 +306,8 @@ def compile_fused(task: Task, group: FusionGroup, target: str = "cpu", space: in
         return cached
     anchor = group.anchor_member
     try:
-        scheduled = fuse_group(_schedule_for(anchor.task, anchor.name, kind, space, dict(anchor.attributes))[0],
-                               group)
+        attributes = {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}  # the kernel must take grafts
+        scheduled = fuse_group(_schedule_for(anchor.task, anchor.name, kind, space, attributes)[0], group)
     except FusionError as exc:
         members = [compile_task(m.task, kind, space, op_name=m.name, attributes=dict(m.attributes))
                    for m in group.members]

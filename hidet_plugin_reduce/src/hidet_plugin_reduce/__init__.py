@@ -40,3 +40,7 @@ def register_templates(register) -> None:
 
     for operator in FAMILIES:
         register(f"reduce.cpu.{operator}", CpuRowTemplate(operator))
+    from .cuda_template import cuda_templates
+
+    for name, template in cuda_templates().items():
+        register(name, template)
