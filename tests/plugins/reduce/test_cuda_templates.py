@@ -153,38 +153,45 @@ def _reference(y, arrays):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("case", range(35))
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_every_space1_candidate_on_the_gpu(dtype, rng):
+def test_every_space1_candidate_on_the_gpu(dtype, case, rng):
+    """Each distinct plan of the space-1 candidates (lone operator and fusion anchor) of
+    one case, outputs poisoned first."""
     from hidet_framework.driver import _build
     from hidet_framework.extension import plugin_host
 
     backend = plugin_host().backend_for("cuda")
     target = backend.detect_target()
     device = backend.device
-    templates = _templates()
-    failures = []
-    for y, inputs in _cases(dtype):
-        op = y.producer
-        arrays = [rng.uniform(-2, 2, size=t.shape).astype(dtype) for t in inputs]
-        ref = _reference(y, arrays)
-        for template in templates.values():
-            if template.operator != op.name or not template.applies(op.task, op.attributes):
-                continue
-            for params in template.space(target, 1):
-                for graft in (False, True):
-                    attributes = dict(op.attributes, **({"fusion.anchor": True} if graft else {}))
-                    scheduled = template.build(op.task, attributes, params, target)
-                    compiled = _build(op.task, scheduled, "cuda")
-                    out_dtype = np.dtype(y.dtype.numpy_name)
-                    poison = np.full(y.shape, 77 if out_dtype.kind == "i" else np.nan, out_dtype)
-                    outs = [device.from_numpy(poison)]
-                    compiled.run([device.from_numpy(a) for a in arrays], outs)
-                    got = device.to_numpy(outs[0]).astype(np.float64)
-                    tol = 2e-2 if dtype == "float16" else 1e-4
-                    scale = max(1.0, float(np.abs(ref).max()))
-                    bad = not np.allclose(got, ref, rtol=tol, atol=tol * scale) if op.name != "argmax" else \
-                        not np.array_equal(got, ref)
-                    if bad:
-                        failures.append(f"{template.name} {y.shape} {params} graft={graft}: "
-                                        f"max error {np.nanmax(np.abs(got - ref))}, nan {np.isnan(got).sum()}")
+    y, inputs = _cases(dtype)[case]
+    op = y.producer
+    arrays = [rng.uniform(-2, 2, size=t.shape).astype(dtype) for t in inputs]
+    ref = _reference(y, arrays)
+    failures, seen = [], set()
+    for template in _templates().values():
+        if template.operator != op.name or not template.applies(op.task, op.attributes):
+            continue
+        for params in template.space(target, 1):
+            for graft in (False, True):
+                attributes = dict(op.attributes, **({"fusion.anchor": True} if graft else {}))
+                scheduled = template.build(op.task, attributes, params, target)
+                key = (template.name, graft, tuple(sorted(scheduled.params["plan"].items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                compiled = _build(op.task, scheduled, "cuda")
+                out_dtype = np.dtype(y.dtype.numpy_name)
+                poison = np.full(y.shape, 77 if out_dtype.kind == "i" else np.nan, out_dtype)
+                outs = [device.from_numpy(poison)]
+                compiled.run([device.from_numpy(a) for a in arrays], outs)
+                got = device.to_numpy(outs[0]).astype(np.float64)
+                tol = 2e-2 if dtype == "float16" else 1e-4
+                scale = max(1.0, float(np.abs(ref).max()))
+                bad = (not np.array_equal(got, ref)) if op.name == "argmax" else \
+                    not np.allclose(got, ref, rtol=tol, atol=tol * scale)
+                if bad:
+                    failures.append(f"{template.name} {y.shape} {scheduled.params['plan']} graft={graft}: "
+                                    f"max error {np.nanmax(np.abs(got - ref))}, nan {int(np.isnan(got).sum())}")
+    assert seen, f"no template applies to {op.name} {y.shape}"
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:20])
