@@ -71,6 +71,10 @@ def build_rows_kernel(acc: RowAccess, task: Any, plan: Mapping[str, Any], name: 
     is_max = kind == "argmax"
     select_last = bool(attributes.get("select_last_index", False))
     held = chunks * vec if cached else 1
+    # layer/rms norm whose scale and bias are one row of x's dtype: read them as vectors too
+    vector_params = (vector_io and cached and family == "norm" and not acc.grouped
+                     and all(tuple(int(d) for d in t.shape) == (extent,) and t.dtype is xdt
+                             for t in task.inputs[1:]))
 
     def pos(k, lane, v):
         return (k * T + lane) * vec + v
@@ -116,6 +120,9 @@ def build_rows_kernel(acc: RowAccess, task: Any, plan: Mapping[str, Any], name: 
             xr = tensor_pointer(xdt, [held], init=cast(address_of(raw[0]), PointerType(xdt)))
             yraw = register_tensor(dtypes.vector_type(dtypes.uint32, 4), [1])
             yr = tensor_pointer(ydt, [vec], init=cast(address_of(yraw[0]), PointerType(ydt)))
+            if vector_params:
+                sraw = register_tensor(dtypes.vector_type(dtypes.uint32, 4), [2])
+                sv = tensor_pointer(s_node.dtype, [2 * vec], init=cast(address_of(sraw[0]), PointerType(s_node.dtype)))
         else:
             xr = register_tensor(xdt, [held])
         tid = threadIdx.x
@@ -281,9 +288,17 @@ def build_rows_kernel(acc: RowAccess, task: Any, plan: Mapping[str, Any], name: 
                 if cached and vector_io:
                     for k in static_range(chunks):
                         if logical_and(live, pos(k, lane, 0) < extent):
+                            if vector_params:  # scale (and bias) as 128-bit loads too
+                                sraw[0] = deref(cast(address_of(scale[pos(k, lane, 0)]), RAW16))
+                                if has_bias:
+                                    sraw[1] = deref(cast(address_of(bias[pos(k, lane, 0)]), RAW16))
                             for v in static_range(vec):
-                                yr[v] = value_of(acc, scale, bias, family, kind, has_bias, row, pos(k, lane, v),
-                                                 cast(xr[k * vec + v], adt), top, shift, inv, mean, rstd)
+                                if vector_params:
+                                    yr[v] = affine((cast(xr[k * vec + v], adt) - mean) * rstd, sv[v],
+                                                   sv[vec + v] if has_bias else None)
+                                else:
+                                    yr[v] = value_of(acc, scale, bias, family, kind, has_bias, row, pos(k, lane, v),
+                                                     cast(xr[k * vec + v], adt), top, shift, inv, mean, rstd)
                             ydst = cast(address_of(y[acc.x_index(row, pos(k, lane, 0))]), RAW16)
                             ydst[0] = yraw[0]
                 elif cached:
@@ -302,6 +317,12 @@ def build_rows_kernel(acc: RowAccess, task: Any, plan: Mapping[str, Any], name: 
     ir = reduce_rows_cuda.ir
     keep = [0] + ([1] if has_scale else []) + ([2] if has_bias else []) + [3]
     return module(name, [Function(ir.name, [ir.params[k] for k in keep], ir.body, ir.kind, ir.ret_type, ir.attrs)])
+
+
+def affine(normalized, scale_value, bias_value):
+    """``normalized * scale + bias`` in float32 (bias None: none)."""
+    out = normalized * cast(scale_value, dtypes.float32)
+    return out + cast(bias_value, dtypes.float32) if bias_value is not None else out
 
 
 def value_of(acc: RowAccess, scale, bias, family, kind, has_bias, row, r, xv, top, shift, inv, mean, rstd):
