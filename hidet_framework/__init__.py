@@ -19,7 +19,8 @@ _LAZY_EXPORTS: dict[str, str] = {
     "constant": "hidet_framework.graph",
     "trace": "hidet_framework.graph",
     "compile": "hidet_framework.driver",
-    "ops": "hidet_framework.driver",  # the hidet_framework.ops module, which the driver imports
+    "ops": "hidet_framework.driver",
+    "load": "hidet_framework.frontend",  # the hidet_framework.ops module, which the driver imports
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]
