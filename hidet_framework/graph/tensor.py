@@ -125,4 +125,5 @@ def constant(value: Any, dtype: Any = None, name: str = "") -> Tensor:
     array = np.array(value, dtype=None if dtype is None else data_type(dtype).numpy_name)
     if array.dtype == np.float64 and dtype is None and not isinstance(value, np.ndarray):
         array = array.astype(np.float32)
-    return Tensor(array.shape, array.dtype, storage=np.ascontiguousarray(array), name=name)
+    # np.array, not np.ascontiguousarray, which turns a 0-d array into a 1-d one
+    return Tensor(array.shape, array.dtype, storage=np.array(array, order="C", copy=True), name=name)

@@ -21,7 +21,7 @@ from .errors import OnnxImportError, UnsupportedOperatorsError
 from .names import sanitize, shown
 from .node_context import NodeContext
 from .op_table import CONVERTERS, missing_requirements
-from .read_model import DEFAULT_DOMAINS, default_opset
+from .read_model import DEFAULT_DOMAINS, default_opset, op_changed_since_supported
 
 
 def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> FlowGraph:
@@ -35,7 +35,7 @@ def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
     shapes = _input_shapes(inputs, dict(input_shapes or {}))
     order = _topological_order(graph, set(initializers) | {i.name for i in inputs})
     _check_supported(graph, order, {t.name: numpy_helper.to_array(t) for t in graph.initializer
-                                    if len(t.dims) <= 1 and t.data_type in (6, 7)})
+                                    if len(t.dims) <= 1 and t.data_type in (6, 7)}, opset)
 
     env: dict[str, Any] = {}
     symbols = []
@@ -151,7 +151,7 @@ def _topological_order(graph: Any, available: set[str]) -> list:
     return order
 
 
-def _check_supported(graph: Any, order: list, known: dict) -> None:
+def _check_supported(graph: Any, order: list, known: dict, opset: int) -> None:
     """Every node's op type must have a converter whose operators are registered; all
     problems are gathered into one error."""
     problems: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -162,7 +162,7 @@ def _check_supported(graph: Any, order: list, known: dict) -> None:
         elif node.op_type not in CONVERTERS:
             reason = "no converter in hidet-plugin-onnx"
         else:
-            reason = missing_requirements(node.op_type, node, known)
+            reason = op_changed_since_supported(node.op_type, opset) or missing_requirements(node.op_type, node, known)
             if reason is None:
                 continue
         problems[(key, reason)].append(node.name or "(unnamed)")

@@ -8,7 +8,7 @@ import numpy as np
 
 from hidet_framework.graph import Tensor, constant
 
-from .errors import OnnxImportError
+from .errors import KnownValueRequiredError, OnnxImportError
 from .names import sanitize, shown
 
 # Operator name -> the distribution expected to register it (for "which plugin could
@@ -68,9 +68,11 @@ class NodeContext:
             raise self.error(f"needs its {what} input")
         value = self.inputs[k]
         if not isinstance(value, np.ndarray):
-            raise self.error(f"its {what} input must be known when the model is imported (a constant or "
-                             f"computed from shapes); here it depends on graph inputs, which needs dynamic "
-                             f"shapes, not supported")
+            graph_input = self.node.input[k] if isinstance(value, Tensor) and value.is_graph_input() else None
+            raise KnownValueRequiredError(
+                f"{self.where}: its {what} input must be known when the model is imported (a constant or "
+                f"computed from shapes); here it depends on graph inputs, which needs dynamic shapes "
+                f"(not supported)", graph_input)
         return value
 
     def ints(self, k: int, what: str) -> list[int]:

@@ -53,15 +53,51 @@ def _check_is_model(model: Any, where: str) -> None:
 
 
 def default_opset(model: Any, where: str = "the model") -> int:
-    """The default-domain opset, checked against the supported range."""
+    """The default-domain opset, checked against the supported range. A newer opset
+    is accepted; its nodes are then checked one by one (`op_changed_since_supported`)."""
+    import onnx.defs
+
     versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
         raise OnnxImportError(f"{where}: imports no default-domain (ai.onnx) opset")
     version = int(versions[0])
-    if not MIN_OPSET <= version <= MAX_OPSET:
+    if not MIN_OPSET <= version <= max(MAX_OPSET, onnx.defs.onnx_opset_version()):
         raise OnnxImportError(f"{where}: opset {version} is not supported (supported: {MIN_OPSET} to "
                               f"{MAX_OPSET}; onnx.version_converter can convert the model)")
     return version
+
+
+def _signature(schema: Any) -> tuple:
+    attributes = tuple(sorted((name, int(a.type), a.required, a.default_value.SerializeToString())
+                              for name, a in schema.attributes.items()))
+    def params(ps):
+        return tuple((p.name, int(p.option)) for p in ps)
+    return attributes, params(schema.inputs), params(schema.outputs)
+
+
+def op_changed_since_supported(op_type: str, opset: int) -> str | None:
+    """For a model newer than opset MAX_OPSET: why node `op_type` may mean something
+    else than it did at MAX_OPSET (None when its schema kept its attributes, inputs
+    and outputs, i.e. later revisions only widened the element types, which are
+    checked on their own)."""
+    if opset <= MAX_OPSET:
+        return None
+    import onnx.defs
+
+    try:
+        new = onnx.defs.get_schema(op_type, opset)
+    except Exception:
+        return f"{op_type} is not defined at opset {opset}"
+    if new.since_version <= MAX_OPSET:
+        return None
+    try:
+        old = onnx.defs.get_schema(op_type, MAX_OPSET)
+    except Exception:
+        return f"{op_type} is newer than opset {MAX_OPSET} (supported: {MIN_OPSET} to {MAX_OPSET})"
+    if _signature(old) != _signature(new):
+        return (f"{op_type} changed at opset {new.since_version} (attributes, inputs or outputs); "
+                f"supported: its form at opsets {MIN_OPSET} to {MAX_OPSET}")
+    return None
 
 
 def _external_tensors(model: Any) -> list:
