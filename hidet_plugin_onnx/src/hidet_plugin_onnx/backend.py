@@ -38,6 +38,16 @@ def _bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.
     return bound
 
 
+def _bits(array: np.ndarray) -> np.ndarray:
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
+def _as_bfloat16(array: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return np.asarray(array).view(ml_dtypes.bfloat16)
+
+
 class HidetRep(BackendRep):
     """A prepared model: compiled now, or per distinct value of the graph inputs that
     must be known at import."""
@@ -61,7 +71,7 @@ class HidetRep(BackendRep):
         for i in self.model.graph.input:
             t = i.type.tensor_type
             dims = [d.dim_value for d in t.shape.dim]
-            if i.name in self.input_names and t.elem_type in (6, 7) and all(dims) and int(np.prod(dims)) <= 64:
+            if i.name in self.input_names and t.elem_type in (6, 7, 9) and all(dims) and int(np.prod(dims)) <= 64:
                 out.append(i.name)
         return out
 
@@ -100,9 +110,12 @@ class HidetRep(BackendRep):
                 inputs = [inputs]
             feed = {n: np.asarray(v) for n, v in zip(self.input_names, inputs)}
         compiled = self._for(feed)
-        args = [feed[n] for n in self.input_names if n not in self.bound_names]
+        # bfloat16 travels as its uint16 bit pattern (numpy has no bfloat16)
+        args = [_bits(feed[n]) for n in self.input_names if n not in self.bound_names]
         out = compiled(*args)
-        return tuple(out) if isinstance(out, tuple) else (out,)
+        out = out if isinstance(out, tuple) else (out,)
+        kinds = [t.dtype.name for t in compiled.graph.outputs]
+        return tuple(_as_bfloat16(o) if kind == "bfloat16" else o for o, kind in zip(out, kinds))
 
 
 class HidetBackend(Backend):

@@ -12,16 +12,17 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .conformance_exclusions import EXCLUSIONS
+from .conformance_exclusions import EXCLUSIONS, OLD_OPSET_REASON
+from .errors import OnnxImportError, UnsupportedOperatorsError
 from .op_table import CONVERTERS
-from .read_model import DEFAULT_DOMAINS
+from .read_model import DEFAULT_DOMAINS, MIN_OPSET
 
 
 @attrs.frozen
 class CaseResult:
     name: str
     op: str
-    status: str  # "passed", "failed", "excluded"
+    status: str  # "passed", "failed", "excluded", "unavailable" (an operator's plugin is not installed)
     detail: str = ""
 
 
@@ -62,9 +63,15 @@ def op_of(case: Any) -> str:
     return case.model.graph.node[0].op_type if case.model.graph.node else "?"
 
 
-def exclusion(name: str) -> str | None:
+def _opset(case: Any) -> int:
+    return max((o.version for o in case.model.opset_import if o.domain in DEFAULT_DOMAINS), default=0)
+
+
+def exclusion(case: Any) -> str | None:
+    if _opset(case) < MIN_OPSET:
+        return OLD_OPSET_REASON
     for pattern, reason in EXCLUSIONS:
-        if re.fullmatch(pattern, name):
+        if re.fullmatch(pattern, case.name):
             return reason
     return None
 
@@ -73,7 +80,7 @@ def run_case(case: Any, device: str = "CPU") -> CaseResult:
     from .backend import HidetBackend
 
     op = op_of(case)
-    reason = exclusion(case.name)
+    reason = exclusion(case)
     if reason is not None:
         return CaseResult(case.name, op, "excluded", reason)
     try:
@@ -81,6 +88,13 @@ def run_case(case: Any, device: str = "CPU") -> CaseResult:
         for inputs, expected in case.data_sets:
             outputs = rep.run(inputs)
             _compare(outputs, expected, case.rtol, case.atol)
+    except UnsupportedOperatorsError as exc:
+        if all(" provided by " in p for p in exc.problems):
+            return CaseResult(case.name, op, "unavailable", "; ".join(exc.problems))
+        return CaseResult(case.name, op, "failed", f"{type(exc).__name__}: {str(exc)[:400]}")
+    except OnnxImportError as exc:
+        status = "unavailable" if " provided by " in str(exc) else "failed"
+        return CaseResult(case.name, op, status, f"{type(exc).__name__}: {str(exc)[:400]}")
     except Exception as exc:  # a failed case is a result to report, whatever went wrong
         return CaseResult(case.name, op, "failed", f"{type(exc).__name__}: {str(exc)[:400]}")
     return CaseResult(case.name, op, "passed")

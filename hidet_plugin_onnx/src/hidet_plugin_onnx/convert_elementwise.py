@@ -116,11 +116,7 @@ def _pow(ctx):
 @converter("Mod", needs=("mod",), fold=lambda ctx: (np.fmod if ctx.attr("fmod", 0) else np.mod)(
     ctx.known(0, "A"), ctx.known(1, "B")))
 def _mod(ctx):
-    a = ctx.tensor(0)
-    fmod = bool(ctx.attr("fmod", 0))
-    if a.dtype.is_float() and not fmod:
-        raise ctx.error("fmod=0 is only defined for integers in ONNX")
-    return ctx.op("mod")(a, ctx.tensor(1), fmod=fmod)
+    return ctx.op("mod")(ctx.tensor(0), ctx.tensor(1), fmod=bool(ctx.attr("fmod", 0)))
 
 
 def _variadic(op_type: str, name: str, reference) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import hidet_dtype
+from .dtypes import hidet_dtype, to_array
 from .node_context import NodeContext
 from .op_table import converter
 
@@ -44,7 +44,7 @@ def _constant(ctx):
     if "value" in ctx.attrs:
         proto = ctx.node.attribute[[a.name for a in ctx.node.attribute].index("value")].t
         hidet_dtype(proto.data_type, f"{ctx.where} value")
-        return numpy_helper.to_array(proto)
+        return to_array(proto)
     for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
                        ("value_ints", np.int64)):
         if key in ctx.attrs:
@@ -61,7 +61,7 @@ def _constant_of_shape(ctx):
     if "value" in ctx.attrs:
         proto = ctx.node.attribute[[a.name for a in ctx.node.attribute].index("value")].t
         hidet_dtype(proto.data_type, f"{ctx.where} value")
-        value = numpy_helper.to_array(proto).reshape(-1)
+        value = to_array(proto).reshape(-1)
     return np.full(shape, value[0], dtype=value.dtype)
 
 
@@ -119,7 +119,10 @@ def _reshape(ctx):
 
 
 def _flatten_shape(ctx, shape) -> list[int]:
-    axis = _axis(ctx, ctx.attr("axis", 1), len(shape) + 1)
+    axis = int(ctx.attr("axis", 1))
+    if not -len(shape) <= axis <= len(shape):
+        raise ctx.error(f"axis {axis} is out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
     return [int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))]
 
 

@@ -10,7 +10,7 @@ ONNX_TO_HIDET = {
 }
 _NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 17: "FLOAT8E4M3FN",
           18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4",
-          23: "FLOAT4E2M1"}
+          23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2"}
 
 
 def hidet_dtype(elem_type: int, what: str) -> str:
@@ -28,3 +28,16 @@ def onnx_elem_type(dtype_name: str) -> int:
         if name == dtype_name:
             return code
     raise KeyError(dtype_name)
+
+
+def to_array(proto) -> "np.ndarray":
+    """A TensorProto's values; bfloat16 as ml_dtypes.bfloat16 (onnx gives its bits)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    array = numpy_helper.to_array(proto)
+    if int(proto.data_type) == 16 and array.dtype == np.uint16:
+        import ml_dtypes
+
+        array = array.view(ml_dtypes.bfloat16)
+    return array

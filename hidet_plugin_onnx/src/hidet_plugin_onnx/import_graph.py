@@ -16,7 +16,7 @@ import numpy as np
 
 from hidet_framework.graph import FlowGraph, Tensor, constant, symbol
 
-from .dtypes import hidet_dtype
+from .dtypes import hidet_dtype, to_array
 from .errors import OnnxImportError, UnsupportedOperatorsError
 from .names import sanitize, shown
 from .node_context import NodeContext
@@ -46,7 +46,7 @@ def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
         symbols.append(t)
     for name, proto in initializers.items():
         hidet_dtype(proto.data_type, f"initializer {shown(name)}")  # refuses unknown dtypes clearly
-        env[name] = numpy_helper.to_array(proto)
+        env[name] = to_array(proto)
     for node in order:
         _convert(node, env, opset)
     outputs = []
@@ -162,7 +162,7 @@ def _check_supported(graph: Any, order: list, known: dict, opset: int) -> None:
         elif node.op_type not in CONVERTERS:
             reason = "no converter in hidet-plugin-onnx"
         else:
-            reason = op_changed_since_supported(node.op_type, opset) or missing_requirements(node.op_type, node, known)
+            reason = op_changed_since_supported(node, opset) or missing_requirements(node.op_type, node, known)
             if reason is None:
                 continue
         problems[(key, reason)].append(node.name or "(unnamed)")
@@ -193,6 +193,9 @@ def _convert(node: Any, env: dict[str, Any], opset: int) -> None:
             raise OnnxImportError(f"node {shown(node.name or node.op_type)} ({node.op_type}): output {k} "
                                   f"({shown(name)}) is not supported")
         value = outputs[k]
+        if isinstance(value, Tensor) and value.size == 0 and not value.is_graph_input():
+            # an empty tensor has no values to compute: it is known
+            value = np.empty(value.shape, dtype=np.dtype(value.dtype.numpy_name))
         if isinstance(value, Tensor) and not value.is_graph_input() and value.storage is None:
             value.name = sanitize(name)
         env[name] = value

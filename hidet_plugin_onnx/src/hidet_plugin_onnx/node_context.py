@@ -95,7 +95,7 @@ class NodeContext:
 
         operators = plugin_host().operators
         if name not in operators:
-            raise self.error(f"needs operator {name!r}, which {operator_plugin(name)} provides; it is not installed")
+            raise self.error(f"needs operator {name!r}, provided by {operator_plugin(name)} (not installed)")
         return operators[name]
 
     def error(self, message: str) -> OnnxImportError:

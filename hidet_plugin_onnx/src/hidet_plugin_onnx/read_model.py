@@ -67,23 +67,25 @@ def default_opset(model: Any, where: str = "the model") -> int:
     return version
 
 
-def _signature(schema: Any) -> tuple:
-    attributes = tuple(sorted((name, int(a.type), a.required, a.default_value.SerializeToString())
-                              for name, a in schema.attributes.items()))
-    def params(ps):
-        return tuple((p.name, int(p.option)) for p in ps)
-    return attributes, params(schema.inputs), params(schema.outputs)
+def _attributes(schema: Any) -> dict:
+    return {name: (int(a.type), a.required, a.default_value.SerializeToString()) for name, a in schema.attributes.items()}
 
 
-def op_changed_since_supported(op_type: str, opset: int) -> str | None:
-    """For a model newer than opset MAX_OPSET: why node `op_type` may mean something
-    else than it did at MAX_OPSET (None when its schema kept its attributes, inputs
-    and outputs, i.e. later revisions only widened the element types, which are
-    checked on their own)."""
+def _params(ps: Any) -> tuple:
+    return tuple((p.name, int(p.option)) for p in ps)
+
+
+def op_changed_since_supported(node: Any, opset: int) -> str | None:
+    """For a model newer than opset MAX_OPSET: why `node` may mean something else than
+    it did at MAX_OPSET. None when the op's inputs and outputs are the same, its old
+    attributes are unchanged, and the node sets none of the attributes added since
+    (later revisions that only widened the element types, which are checked on their
+    own, or added an attribute this node leaves at its default)."""
     if opset <= MAX_OPSET:
         return None
     import onnx.defs
 
+    op_type = node.op_type
     try:
         new = onnx.defs.get_schema(op_type, opset)
     except Exception:
@@ -94,7 +96,12 @@ def op_changed_since_supported(op_type: str, opset: int) -> str | None:
         old = onnx.defs.get_schema(op_type, MAX_OPSET)
     except Exception:
         return f"{op_type} is newer than opset {MAX_OPSET} (supported: {MIN_OPSET} to {MAX_OPSET})"
-    if _signature(old) != _signature(new):
+    old_attrs, new_attrs = _attributes(old), _attributes(new)
+    added = set(new_attrs) - set(old_attrs)
+    used = {a.name for a in node.attribute}
+    same = (_params(old.inputs) == _params(new.inputs) and _params(old.outputs) == _params(new.outputs)
+            and all(new_attrs.get(n) == a for n, a in old_attrs.items()) and not (added & used))
+    if not same:
         return (f"{op_type} changed at opset {new.since_version} (attributes, inputs or outputs); "
                 f"supported: its form at opsets {MIN_OPSET} to {MAX_OPSET}")
     return None

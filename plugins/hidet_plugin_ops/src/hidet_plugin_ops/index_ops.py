@@ -122,8 +122,9 @@ def _source_coordinate(mode: str, i: Expr, n_in: int, n_out: int, scale: float) 
     c = lambda v: const(float(v), dtypes.float32)  # noqa: E731
     if mode == "asymmetric":
         return f / c(scale)
-    if mode == "align_corners":
-        return c(0.0) if n_out == 1 else f * c((n_in - 1) / (n_out - 1))
+    if mode == "align_corners":  # the resized length is n_in * scale, not rounded (ONNX)
+        length = n_in * scale
+        return c(0.0) if length <= 1 else f * c((n_in - 1) / (length - 1))
     if mode == "pytorch_half_pixel":
         return (f + c(0.5)) / c(scale) - c(0.5) if n_out > 1 else c(0.0)
     if mode == "half_pixel_symmetric":
