@@ -87,9 +87,10 @@ class _PlanWriter:
         return self.libraries[path]
 
 
-def save_compiled(compiled: Any, folder: str) -> str:
+def save_compiled(compiled: Any, folder: str, source: str | None = None) -> str:
     """Write `compiled` (a CompiledGraph) to `folder` (created; must be empty if it
-    exists). Returns the folder."""
+    exists); `source` (the model file it came from) is recorded for ``run --check``.
+    Returns the folder."""
     from hidet_framework.extension import plugin_host
 
     if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
@@ -125,7 +126,7 @@ def save_compiled(compiled: Any, folder: str) -> str:
     target = plugin_host().backend_for(compiled.target).detect_target()
     files = [PLAN, WEIGHTS] + plan["libraries"]
     manifest = {"format": FORMAT, "target": compiled.target, "target_arch": target.arch,
-                "target_fingerprint": target.fingerprint(), "num_launches": len(launches),
+                "target_fingerprint": target.fingerprint(), "num_launches": len(launches), "source": source,
                 "files": {name: _sha256(os.path.join(folder, name)) for name in files}}
     with open(os.path.join(folder, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)

@@ -38,6 +38,15 @@ def _bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.
     return bound
 
 
+def _array(value: Any) -> np.ndarray:
+    """A numpy array from an array or a TensorProto (some node tests feed those)."""
+    if isinstance(value, onnx.TensorProto):
+        from .dtypes import to_array
+
+        return to_array(value)
+    return np.asarray(value)
+
+
 def _bits(array: np.ndarray) -> np.ndarray:
     return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
 
@@ -104,11 +113,11 @@ class HidetRep(BackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
         if isinstance(inputs, dict):
-            feed = {k: np.asarray(v) for k, v in inputs.items()}
+            feed = {k: _array(v) for k, v in inputs.items()}
         else:
             if not isinstance(inputs, (list, tuple)):
                 inputs = [inputs]
-            feed = {n: np.asarray(v) for n, v in zip(self.input_names, inputs)}
+            feed = {n: _array(v) for n, v in zip(self.input_names, inputs)}
         compiled = self._for(feed)
         # bfloat16 travels as its uint16 bit pattern (numpy has no bfloat16)
         args = [_bits(feed[n]) for n in self.input_names if n not in self.bound_names]

@@ -103,12 +103,16 @@ def run_case(case: Any, device: str = "CPU") -> CaseResult:
 def _compare(outputs: Any, expected: list, rtol: float, atol: float) -> None:
     if len(outputs) < len(expected):
         raise AssertionError(f"{len(outputs)} outputs, expected {len(expected)}")
+    from .backend import _array
+
     for k, (got, want) in enumerate(zip(outputs, expected)):
-        got, want = np.asarray(got), np.asarray(want)
+        got, want = np.asarray(got), _array(want)
         if got.shape != want.shape:
             raise AssertionError(f"output {k}: shape {got.shape}, expected {want.shape}")
         if got.dtype != want.dtype:
             raise AssertionError(f"output {k}: dtype {got.dtype}, expected {want.dtype}")
+        if want.dtype.name == "bfloat16":
+            got, want = got.astype(np.float32), want.astype(np.float32)
         if want.dtype.kind in "fc":
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"output {k}")
         else:
