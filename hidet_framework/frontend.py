@@ -5,7 +5,7 @@ The core knows no model format. Frontends come from plugins through
 
 - ``suffixes``: the file suffixes it reads (``(".onnx",)``),
 - ``accepts(obj) -> bool``: whether it reads this in-memory object (a ModelProto...),
-- ``load(source, input_shapes) -> FlowGraph``.
+- ``load(source, input_shapes, dtype=...) -> FlowGraph`` (``dtype`` passed only when given).
 
 `load` picks the frontend by ``format=`` (its registered name), else by the file
 suffix, else by asking each frontend whether it accepts the object.
@@ -64,7 +64,7 @@ def _pick(source: Any, format: str | None) -> Any:  # noqa: A002 - the user-faci
 
 
 def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
-         format: str | None = None) -> FlowGraph:  # noqa: A002
+         format: str | None = None, dtype: str | None = None) -> FlowGraph:  # noqa: A002
     """Read a model into a FlowGraph.
 
     :param source: a file path, or an in-memory model a frontend accepts (an
@@ -73,11 +73,14 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
         symbolic dimensions (or to override a static one).
     :param format: the frontend's registered name (``"onnx"``); by default the file
         suffix or the object's type decides.
+    :param dtype: the float type the model computes in (``"float16"``...): float32
+        weights, inputs and casts become this type. None keeps the model's types.
     """
     if input_shapes is not None and not isinstance(input_shapes, Mapping):
         raise TypeError(f"input_shapes must be a mapping input name -> shape, got {type(input_shapes).__name__}")
     frontend = _pick(source, format)
-    graph = frontend.load(source, dict(input_shapes or {}))
+    options = {} if dtype is None else {"dtype": dtype}
+    graph = frontend.load(source, dict(input_shapes or {}), **options)
     if not isinstance(graph, FlowGraph):
         raise TypeError(f"frontend {type(frontend).__name__}.load returned {type(graph).__name__}, not a FlowGraph")
     return graph

@@ -73,8 +73,16 @@ def _onnx_inputs(model_path: str, specs: Sequence[tuple], arrays: Sequence[np.nd
 
     model = onnx.load(model_path, load_external_data=False)
     initializers = {t.name for t in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in initializers]
-    return dict(zip(names, arrays))
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    feed = {}
+    for (_, _, dtype), info, array in zip(specs, inputs, arrays):
+        if dtype == "bfloat16":  # uint16 bits -> values
+            import ml_dtypes
+
+            array = np.asarray(array).view(ml_dtypes.bfloat16)
+        # the model's own input types (run --dtype float16 feeds halves to a float32 model)
+        feed[info.name] = np.asarray(array).astype(onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+    return feed
 
 
 def check_against_reference(model_path: str, specs: Sequence[tuple], arrays: Sequence[np.ndarray],

@@ -171,7 +171,8 @@ def _cast_target(ctx) -> str:
     if ctx.node.op_type == "CastLike":
         like = ctx.inputs[1]
         return like.dtype.name if hasattr(like.dtype, "is_float") else ctx.tensor(1).dtype.name
-    return hidet_dtype(ctx.attr("to"), f"{ctx.where} 'to'")
+    target = hidet_dtype(ctx.attr("to"), f"{ctx.where} 'to'")
+    return ctx.float_dtype if target == "float32" and ctx.float_dtype else target
 
 
 @converter("Cast", "CastLike", needs=("cast",))

@@ -14,9 +14,9 @@ class OnnxFrontend:
         # No onnx import here: the type's module says whether it is a ModelProto.
         return type(obj).__name__ == "ModelProto" and type(obj).__module__.startswith("onnx")
 
-    def load(self, source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):
+    def load(self, source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None):
         from .import_graph import import_model
         from .read_model import read_model
 
         model, _ = read_model(source)
-        return import_model(model, input_shapes)
+        return import_model(model, input_shapes, float_dtype=dtype)

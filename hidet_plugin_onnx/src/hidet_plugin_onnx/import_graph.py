@@ -24,8 +24,14 @@ from .op_table import CONVERTERS, missing_requirements
 from .read_model import DEFAULT_DOMAINS, default_opset, op_changed_since_supported
 
 
-def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> FlowGraph:
-    """The FlowGraph of ModelProto `model` (external data already loaded)."""
+def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 float_dtype: str | None = None) -> FlowGraph:
+    """The FlowGraph of ModelProto `model` (external data already loaded). With
+    `float_dtype` ("float16", "bfloat16"), float32 inputs, weights, constants and
+    casts become that type: the model computes in it."""
+    if float_dtype not in (None, "float32", "float16", "bfloat16", "float64"):
+        raise OnnxImportError(f"dtype {float_dtype!r}: expected float32, float16, bfloat16 or float64")
+    convert = _float_converter(float_dtype)
     from onnx import numpy_helper
 
     graph = model.graph
@@ -41,14 +47,16 @@ def import_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
     symbols = []
     for value_info in inputs:
         dtype = hidet_dtype(value_info.type.tensor_type.elem_type, f"graph input {shown(value_info.name)}")
+        if dtype == "float32" and float_dtype:
+            dtype = float_dtype
         t = symbol(shapes[value_info.name], dtype, name=sanitize(value_info.name, "input"))
         env[value_info.name] = t
         symbols.append(t)
     for name, proto in initializers.items():
         hidet_dtype(proto.data_type, f"initializer {shown(name)}")  # refuses unknown dtypes clearly
-        env[name] = to_array(proto)
+        env[name] = convert(to_array(proto))
     for node in order:
-        _convert(node, env, opset)
+        _convert(node, env, opset, float_dtype, convert)
     outputs = []
     for out in graph.output:
         if out.name not in env:
@@ -174,8 +182,22 @@ def _check_supported(graph: Any, order: list, known: dict, opset: int) -> None:
         raise UnsupportedOperatorsError(lines)
 
 
-def _convert(node: Any, env: dict[str, Any], opset: int) -> None:
+def _float_converter(float_dtype: str | None):
+    """Known float32 arrays -> `float_dtype` (identity when None)."""
+    if float_dtype in (None, "float32"):
+        return lambda a: a
+    if float_dtype == "bfloat16":
+        import ml_dtypes
+
+        target = np.dtype(ml_dtypes.bfloat16)
+    else:
+        target = np.dtype(float_dtype)
+    return lambda a: a.astype(target) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a
+
+
+def _convert(node: Any, env: dict[str, Any], opset: int, float_dtype: str | None = None, convert=None) -> None:
     ctx = NodeContext(node, [env[name] if name else None for name in node.input], opset)
+    ctx.float_dtype = None if float_dtype == "float32" else float_dtype
     try:
         outputs = CONVERTERS[node.op_type].convert(ctx)
     except OnnxImportError:
@@ -198,7 +220,7 @@ def _convert(node: Any, env: dict[str, Any], opset: int) -> None:
             value = np.empty(value.shape, dtype=np.dtype(value.dtype.numpy_name))
         if isinstance(value, Tensor) and not value.is_graph_input() and value.storage is None:
             value.name = sanitize(name)
-        env[name] = value
+        env[name] = convert(value) if convert is not None else value
 
 
 def count_op_types(model: Any) -> Counter:

@@ -38,6 +38,7 @@ class NodeContext:
         from onnx import helper
 
         self.node, self.inputs, self.opset = node, inputs, opset
+        self.float_dtype: str | None = None  # set when the model is imported to compute in another float type
         self.attrs: dict[str, Any] = {}
         for a in node.attribute:
             value = helper.get_attribute_value(a)
@@ -88,7 +89,10 @@ class NodeContext:
         if isinstance(value, Tensor):
             return value
         name = self.node.input[k] if k < len(self.node.input) else ""
-        return constant(np.asarray(value), name=sanitize(name, "const"))
+        array = np.asarray(value)
+        if array.dtype.name == "bfloat16":  # the framework stores bfloat16 as its uint16 bits
+            return constant(array.view(np.uint16), dtype="bfloat16", name=sanitize(name, "const"))
+        return constant(array, name=sanitize(name, "const"))
 
     def op(self, name: str) -> Any:
         from hidet_framework.extension import plugin_host
