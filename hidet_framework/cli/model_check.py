@@ -58,6 +58,8 @@ def describe_outputs(outputs: Sequence[np.ndarray]) -> str:
     lines = []
     for k, out in enumerate(outputs):
         out = np.asarray(out)
+        if out.dtype.name == "bfloat16":
+            out = out.astype(np.float32)
         if out.dtype.kind == "f" and out.size:
             finite = np.isfinite(out)
             summary = f"mean {float(out[finite].mean()) if finite.any() else float('nan'):.5g}, " \

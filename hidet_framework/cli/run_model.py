@@ -90,6 +90,9 @@ def run(model: str, target: str, space: int | None, dtype: str, input_shapes: tu
         arrays = input_arrays(specs, inputs_file, model if not os.path.isdir(model) else source)
         outputs = fn(*arrays)
         outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        graph = getattr(fn, "graph", None)
+        if graph is not None:  # bfloat16 comes back as uint16 bits: show and check values
+            outputs = [_values(o, t.dtype.name) for o, t in zip(outputs, graph.outputs)]
     except (ValueError, TypeError, LookupError, RuntimeError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     click.echo(f"target: {fn.target}   compile: {compile_s:.1f} s (load {load_s:.1f} s)   "
@@ -116,6 +119,14 @@ def run(model: str, target: str, space: int | None, dtype: str, input_shapes: tu
         _save(fn, save_dir, source)
     if failed:
         sys.exit(1)
+
+
+def _values(array: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype != "bfloat16":
+        return array
+    import ml_dtypes
+
+    return np.asarray(array).view(ml_dtypes.bfloat16)
 
 
 def _time(fn: Any, arrays: list, n: int) -> list[float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import hidet_dtype
+from .dtypes import hidet_dtype, value_dtype
 from .node_context import NodeContext
 from .op_table import converter
 
@@ -126,7 +126,7 @@ def _variadic(op_type: str, name: str, reference) -> None:
         for v in values[1:]:
             out = ctx.op(name)(out, v)
         if op_type == "Mean":
-            out = ctx.op("div")(out, ctx.as_tensor(np.asarray(len(values), dtype=out.dtype.numpy_name)))
+            out = ctx.op("div")(out, ctx.as_tensor(np.asarray(len(values), dtype=value_dtype(out.dtype))))
         return out
 
     def fold(ctx: NodeContext):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dtypes import value_dtype
 from .node_context import NodeContext
 from .op_table import converter
 
@@ -31,14 +32,14 @@ def _gemm(ctx):
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     y = ctx.op("matmul")(a, b)
     if alpha != 1.0:
-        y = ctx.op("mul")(y, ctx.as_tensor(np.asarray(alpha, dtype=y.dtype.numpy_name)))
+        y = ctx.op("mul")(y, ctx.as_tensor(np.asarray(alpha, dtype=value_dtype(y.dtype))))
     if ctx.has(2) and beta != 0.0:
         if ctx.is_known(2):
             c = ctx.as_tensor((ctx.inputs[2] * beta).astype(ctx.inputs[2].dtype) if beta != 1.0 else ctx.inputs[2], 2)
         else:
             c = ctx.tensor(2)
             if beta != 1.0:
-                c = ctx.op("mul")(c, ctx.as_tensor(np.asarray(beta, dtype=c.dtype.numpy_name)))
+                c = ctx.op("mul")(c, ctx.as_tensor(np.asarray(beta, dtype=value_dtype(c.dtype))))
         y = ctx.op("add")(y, c)
     return y
 
@@ -178,7 +179,7 @@ def _batch_norm(ctx):
         a = scale / np.sqrt(var + eps)
         b = bias - mean * a
         shape = (-1,) + (1,) * (x.rank - 2)
-        dtype = x.dtype.numpy_name
+        dtype = value_dtype(x.dtype)
         y = ctx.op("mul")(x, ctx.as_tensor(a.reshape(shape).astype(dtype), 1))
         return ctx.op("add")(y, ctx.as_tensor(b.reshape(shape).astype(dtype), 2))
     return ctx.op("batch_norm")(x, ctx.tensor(3), ctx.tensor(4), ctx.tensor(1), ctx.tensor(2), epsilon=eps)

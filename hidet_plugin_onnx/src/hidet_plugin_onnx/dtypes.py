@@ -41,3 +41,15 @@ def to_array(proto) -> "np.ndarray":
 
         array = array.view(ml_dtypes.bfloat16)
     return array
+
+
+def value_dtype(dtype) -> "np.dtype":
+    """The numpy dtype holding *values* of a hidet dtype (bfloat16: ml_dtypes', not the
+    uint16 bits the framework stores)."""
+    import numpy as np
+
+    if dtype.name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype.numpy_name)

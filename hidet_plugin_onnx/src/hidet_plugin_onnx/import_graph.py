@@ -16,7 +16,7 @@ import numpy as np
 
 from hidet_framework.graph import FlowGraph, Tensor, constant, symbol
 
-from .dtypes import hidet_dtype, to_array
+from .dtypes import hidet_dtype, to_array, value_dtype
 from .errors import OnnxImportError, UnsupportedOperatorsError
 from .names import sanitize, shown
 from .node_context import NodeContext
@@ -217,7 +217,7 @@ def _convert(node: Any, env: dict[str, Any], opset: int, float_dtype: str | None
         value = outputs[k]
         if isinstance(value, Tensor) and value.size == 0 and not value.is_graph_input():
             # an empty tensor has no values to compute: it is known
-            value = np.empty(value.shape, dtype=np.dtype(value.dtype.numpy_name))
+            value = np.empty(value.shape, dtype=value_dtype(value.dtype))
         if isinstance(value, Tensor) and not value.is_graph_input() and value.storage is None:
             value.name = sanitize(name)
         env[name] = convert(value) if convert is not None else value
