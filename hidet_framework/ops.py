@@ -17,10 +17,15 @@ def __getattr__(name: str) -> Any:
     operators = host.operators
     if name in operators:
         return operators[name]
-    plugins = sorted(info.name for info in host.report() if not info.error)
+    report = host.report()
+    plugins = sorted(info.name for info in report if not info.error)
+    # a plugin that failed to load may be the one that registers it: say so first
+    failed = [f"{info.name} ({info.distribution or 'no distribution'}): {info.error}"
+              for info in report if info.error is not None]
+    hint = f"plugins that failed to load, one of which may provide it: {'; '.join(failed)}; " if failed else ""
     raise AttributeError(
-        f"no installed plugin registers an operator named {name!r} "
-        f"(installed plugins: {', '.join(plugins) or 'none'}; "
+        f"no installed plugin registers an operator named {name!r} ({hint}"
+        f"installed plugins: {', '.join(plugins) or 'none'}; "
         f"known operators: {', '.join(sorted(operators)) or 'none'})")
 
 

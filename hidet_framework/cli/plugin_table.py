@@ -35,16 +35,20 @@ def _provides(info, host) -> tuple[str, list[str]]:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def plugins(as_json: bool) -> None:
+@click.option("--all", "show_all", is_flag=True, help="Include the core's own built-in plugins, if it has any.")
+def plugins(as_json: bool, show_all: bool) -> None:
     """List the installed plugins: version, status, what each provides, and errors."""
     from hidet_framework.extension import plugin_host
     from hidet_framework.extension.manager import ENV_ALLOW, ENV_BLOCK, ENV_DISABLE_AUTOLOAD
 
     host = plugin_host()
-    infos = [info for info in host.report() if not info.builtin]
+    report = host.report()
+    infos = [info for info in report if show_all or not info.builtin]
     if as_json:
         click.echo(json.dumps([info.to_dict() for info in infos], indent=2))
         return
+    if show_all and not any(info.builtin for info in report):
+        click.echo("(the core registers no built-in plugins; all of the below are installed distributions)")
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -79,7 +83,8 @@ def plugins(as_json: bool) -> None:
                 notes.append(f"{info.name}: not listed in {ENV_ALLOW}")
             if info.error is not None:
                 notes.append(f"{info.name}: failed to load: {info.error}")
-        table.add_row(Text(info.name), Text(info.version or "-"), status, Text(provides))
+        table.add_row(Text(info.name + (" (built-in)" if info.builtin else "")), Text(info.version or "-"), status,
+                      Text(provides))
     console.print(table)
     for note in notes:
         console.print(Text("* " + note), soft_wrap=False)
