@@ -90,7 +90,7 @@ def blas_info(threads: int) -> dict:
 def tune_cpu(task, attributes, level: int, cache_dir: str):
     """The tuner over the registered CPU matmul templates; returns (compiled, result)."""
     from hidet_framework.extension import plugin_host
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
     from hidet_framework.tuner import TuningCache, tune
     from hidet_plugin_matmul.cpu_harness import compile_candidate
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hidet_framework import _moved_modules
+
 __version__ = "0.1.0"
+_moved_modules.install()  # old import paths of moved modules keep working
 
 # public name -> "module" (the attribute of the same name) or "module:attribute".
 _LAZY_EXPORTS: dict[str, str] = {

@@ -8,7 +8,7 @@ they need from here (compiling a task) is handed to them as a function.
 
 Task path: ``_schedule`` (tuner over plugin templates when any serve the operator,
 else the rule-based auto-scheduler) gives a ScheduledTask = IR module + launches over
-input/output/workspace buffers; ``transforms.pipeline.lower`` lowers the module; the
+input/output/workspace buffers; ``lowering.pipeline.lower`` lowers the module; the
 backend compiles it; `CompiledTask` binds each launch's function to buffers.
 """
 from __future__ import annotations
@@ -25,14 +25,13 @@ import hidet_framework.ops as ops  # noqa: F401 - the module behind ``hf.ops`` (
 from hidet_framework.backend.signature import numpy_dtype
 from hidet_framework.compute.task import Task
 from hidet_framework.extension import MissingBackendError, plugin_host
-from hidet_framework.graph.compiled_graph import CompiledGraph, GraphInputError
+from hidet_framework.runtime.compiled_graph import CompiledGraph, GraphInputError
 from hidet_framework.graph.flow_graph import FlowGraph
-from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
-from hidet_framework.graph.passes import (
-    FUSED_OPERATOR, FUSION_PASSES, GRAPH_PASSES, GraphPassContext, interpret_task, run_graph_passes,
+from hidet_framework.fusion import (
+    FUSED_OPERATOR, FUSION_PASSES, GROUP_ATTRIBUTE, ChainedTask, FusionError, FusionGroup, fuse_group,
 )
+from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, interpret_task, run_graph_passes
 from hidet_framework.graph.passes.base import attributes_key
-from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
 from hidet_framework.schedule import ScheduledTask, auto_schedule
 
 __all__ = ["compile", "compile_task", "compile_fused", "CompiledTask", "TargetUnavailableError", "MissingBackendError",
@@ -132,7 +131,7 @@ class _EvaluatedFunctions:
         self.module = module
 
     def __getitem__(self, name: str) -> Callable[..., None]:
-        from hidet_framework.ir.evaluator import evaluate_function
+        from hidet_framework.analysis.evaluator import evaluate_function
 
         fn, module = self.module.functions[name], self.module
         return lambda *args: evaluate_function(fn, *args, module=module)
@@ -203,7 +202,7 @@ def _tuner_hooks(task: Task, backend: Any, target: Any) -> tuple[Callable, Calla
     (here: load that artifact, time it with the device's timers). Every candidate is
     timed on the same random inputs, made once: drawing and copying them per candidate
     would cost more than the timing of large ones."""
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
 
     def prepare(scheduled: ScheduledTask) -> tuple:
         lowered = lower(scheduled.module, target.kind)
@@ -282,7 +281,7 @@ def _build(task: Task, scheduled: ScheduledTask, kind: str) -> CompiledTask:
     """Lower and compile `scheduled` (or hand it to the IR evaluator)."""
     if kind == EVALUATOR_TARGET:
         return CompiledTask(task, scheduled, _EvaluatedFunctions(scheduled.module), _HostDevice(), kind)
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
 
     backend = _usable_backend(kind)
     loaded = backend.compile(lower(scheduled.module, kind), _detected_target(backend))
@@ -331,7 +330,7 @@ def _cpu_can_compile() -> bool:
         return False
     import importlib.util
 
-    return importlib.util.find_spec("hidet_framework.transforms.pipeline") is not None
+    return importlib.util.find_spec("hidet_framework.lowering.pipeline") is not None
 
 
 def evaluate_on_cpu(task: Task, arrays: Sequence[np.ndarray]) -> Sequence[np.ndarray] | None:

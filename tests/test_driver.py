@@ -23,8 +23,13 @@ def scale_task(shape=(3, 4), factor=2.0) -> Task:
 
 
 def backend_plugin(name: str, usable: bool):
-    backend = types.SimpleNamespace(name=name, target_kinds=(name,), device=None,
-                                    availability=lambda: Availability(usable, "" if usable else f"no {name} here"))
+    def unusable(*args, **kwargs):
+        raise AssertionError(f"the fake {name} backend compiles nothing")
+
+    backend = types.SimpleNamespace(name=name, target_kinds=(name,), device=None, preference=0,
+                                    availability=lambda: Availability(usable, "" if usable else f"no {name} here"),
+                                    detect_target=unusable, codegen=unusable, build=unusable, load=unusable,
+                                    auto_schedule_kernel=unusable)
     module = types.ModuleType(f"fake_{name}")
     module.register_backends = hookimpl(lambda register: register(name, backend))
     return module
@@ -109,10 +114,13 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
     built = []
 
     class FakeTemplate:
-        operator, target, name = "scale", "cpu", "fake.scale"
+        operator, target, name, version, priority = "scale", "cpu", "fake.scale", "1", 0
 
         def __init__(self, applies):
             self._applies = applies
+
+        def space(self, target, level):
+            return [{"tile": 4}]
 
         def applies(self, task, attributes):
             return self._applies

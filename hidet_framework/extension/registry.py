@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import attrs
 
+from .contracts import backend_problems, pass_problems, template_problems
+
 KINDS: tuple[str, ...] = ("operators", "templates", "backends", "frontends", "passes")
 """The registry kinds, in the order the core fills them."""
 
@@ -126,30 +128,22 @@ REGISTRY_TYPES: dict[str, type[Registry]] = {
 }
 
 
-def _require(obj: Any, attribute: str, what: str, expected: str) -> Any:
-    if not hasattr(obj, attribute):
-        raise RegistrationError(f"{what} has no {attribute!r} attribute ({expected})")
-    return getattr(obj, attribute)
+def _refuse_if(problems: list[str], what: str, contract: str) -> None:
+    if problems:
+        raise RegistrationError(f"{what} is refused: it needs " + "; ".join(problems)
+                                + f" (the {contract} contract: docs/plugins.md)")
 
 
 def _validate_backend(what: str, obj: Any) -> None:
-    if isinstance(obj, type):
-        raise RegistrationError(f"{what} is the class {obj.__name__}; register an instance")
-    kinds = _require(obj, "target_kinds", what, "a tuple of target kinds such as ('cpu',)")
-    if isinstance(kinds, str) or not kinds or not all(isinstance(k, str) and k for k in kinds):
-        raise RegistrationError(f"{what} has target_kinds={kinds!r}; expected a non-empty "
-                                f"tuple of target-kind strings such as ('cpu',)")
+    _refuse_if(backend_problems(obj), what, "backend")
 
 
 def _validate_template(what: str, obj: Any) -> None:
-    _require(obj, "operator", what, "the name of the operator it schedules")
-    _require(obj, "target", what, "the target kind it generates code for")
+    _refuse_if(template_problems(obj), what, "template")
 
 
 def _validate_pass(what: str, obj: Any) -> None:
-    point = _require(obj, "point", what, "the pipeline insertion point it runs at")
-    if not isinstance(point, str) or not point:
-        raise RegistrationError(f"{what} has point={point!r}; expected a non-empty str")
+    _refuse_if(pass_problems(obj), what, "pass")
 
 
 _VALIDATORS: dict[str, Callable[[str, Any], None]] = {

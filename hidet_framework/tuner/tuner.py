@@ -29,7 +29,7 @@ import attrs
 
 from hidet_framework.backend.contract import Target
 from hidet_framework.tuner.cache import TuningCache
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 
 class TuningError(RuntimeError):

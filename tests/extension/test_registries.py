@@ -7,18 +7,46 @@ import types
 import attrs
 import pytest
 
-from hidet_framework.extension import MissingBackendError, hookimpl
+from hidet_framework.extension import MissingBackendError, hookimpl, points
 
 
 @attrs.frozen
 class Template:
+    """What registration checks of a template (the tuner is not run here)."""
+
     operator: str
     target: str
+    name: str = "test.template"
+    version: str = "1"
+    priority: int = 0
+
+    def space(self, target, level):
+        return [{}]
+
+    def build(self, task, attributes, params, target):
+        raise AssertionError("not built in registry tests")
 
 
 @attrs.frozen
-class Pass:
+class Rule:
+    """A graph rewrite rule's shape."""
+
+    point: str = points.GRAPH_REWRITE
+    op_names: tuple = ("scale",)
+
+    def rewrite(self, op):
+        return None
+
+
+@attrs.frozen
+class IRPass:
+    """A lowering pass's shape."""
+
     point: str
+    name: str = "test.pass"
+
+    def run(self, module, ctx):
+        return module
 
 
 def plugin(**hooks) -> object:
@@ -76,9 +104,9 @@ def test_non_str_or_empty_names_are_rejected(isolated_plugin_host, bad_name):
 @pytest.mark.parametrize("hook, obj, complaint", [
     ("register_backends", object(), "target_kinds"),
     ("register_backends", types.SimpleNamespace(target_kinds="cpu"), "tuple"),
-    ("register_templates", types.SimpleNamespace(target="cpu"), "'operator'"),
-    ("register_templates", types.SimpleNamespace(operator="matmul"), "'target'"),
-    ("register_passes", object(), "'point'"),
+    ("register_templates", types.SimpleNamespace(target="cpu"), "operator (the name"),
+    ("register_templates", types.SimpleNamespace(operator="matmul"), "target (the target kind"),
+    ("register_passes", object(), "point (one of graph_rewrite, before_lowering"),
 ])
 def test_objects_missing_what_the_core_reads_are_rejected(isolated_plugin_host, hook, obj, complaint):
     with isolated_plugin_host.temporary_plugin(plugin(**{hook: lambda register: register("n", obj)})):
@@ -112,13 +140,14 @@ def test_templates_for_filters_by_operator_and_target_in_registration_order(isol
 
 def test_passes_at_lists_the_passes_of_one_point(isolated_plugin_host):
     def passes(register):
-        register("fold", Pass("graph.before_fusion"))
-        register("simplify", Pass("ir.after_lowering"))
-        register("cse", Pass("graph.before_fusion"))
+        register("fold", Rule(op_names=("add",)))
+        register("simplify", IRPass(points.AFTER_LOWERING))
+        register("cse", Rule(op_names=("mul",)))
 
     with isolated_plugin_host.temporary_plugin(plugin(register_passes=passes)):
         reg = isolated_plugin_host.passes
-        assert reg.passes_at("graph.before_fusion") == [reg["fold"], reg["cse"]]
+        assert reg.passes_at(points.GRAPH_REWRITE) == [reg["fold"], reg["cse"]]
+        assert reg.passes_at(points.AFTER_LOWERING) == [reg["simplify"]]
         assert reg.passes_at("nowhere") == []
 
 

@@ -8,8 +8,9 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework.fusion import FusionError, fuse_group
-from hidet_framework.graph.passes import FUSION_PASSES, GRAPH_PASSES, GraphPassContext, run_graph_passes
-from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
+from hidet_framework.fusion import FUSION_PASSES
+from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
 
 
 def _group(dtype: str, m: int, k: int, n: int):

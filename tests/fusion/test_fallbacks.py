@@ -141,7 +141,7 @@ def test_engine_grafts_into_every_launch_of_a_multi_stage_anchor(rng):
     """A two-stage anchor (row maxima in a workspace, then x - max) reads its input in
     both launches: the producer is grafted into both."""
     from hidet_framework.compute import reduce
-    from hidet_framework.ir.evaluator import evaluate_function
+    from hidet_framework.analysis.evaluator import evaluate_function
 
     x = tensor_input("x", "float32", [3, 5])
     doubled = compute("d", [3, 5], lambda i, j: x[i, j] * 2.0)

@@ -9,8 +9,9 @@ import pytest
 import hidet_framework as hf
 from hidet_framework import driver
 from hidet_framework.fusion import fuse_group
-from hidet_framework.graph.passes import FUSION_PASSES, GRAPH_PASSES, GraphPassContext, run_graph_passes
-from hidet_framework.graph.passes.partition_fusion_groups import FUSED_OPERATOR, GROUP_ATTRIBUTE
+from hidet_framework.fusion import FUSION_PASSES
+from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.fusion.partition_fusion_groups import FUSED_OPERATOR, GROUP_ATTRIBUTE
 
 M, K, N = 13, 17, 11
 
@@ -20,7 +21,7 @@ def test_level1_candidates_with_prologue_and_epilogue(fx, rng):
     fx.need_ops("matmul", "relu", "add")
     cpu_template = pytest.importorskip("hidet_plugin_matmul.cpu_template")
     from hidet_plugin_matmul.cpu_space import cpu_matmul_space
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
 
     x, w, bias = hf.symbol((M, K), "float32"), hf.symbol((K, N), "float32"), hf.symbol((N,), "float32")
     y = hf.ops.relu(hf.ops.add(hf.ops.matmul(hf.ops.relu(x), w), bias))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hidet_framework as hf
-from hidet_framework.graph.compiled_graph import GraphInputError
+from hidet_framework.runtime.compiled_graph import GraphInputError
 
 EVALUATOR = "evaluator"
 

@@ -4,6 +4,5 @@ from hidet_framework.graph.passes.base import GraphPassContext, interpret_task
 from hidet_framework.graph.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
 from hidet_framework.graph.passes.eliminate_dead_code import eliminate_dead_code
 from hidet_framework.graph.passes.fold_constants import fold_constants
-from hidet_framework.graph.passes.partition_fusion_groups import FUSED_OPERATOR, partition_fusion_groups
-from hidet_framework.graph.passes.pipeline import FUSION_PASSES, GRAPH_PASSES, run_graph_passes
+from hidet_framework.graph.passes.pipeline import GRAPH_PASSES, GraphPass, run_graph_passes
 from hidet_framework.graph.passes.rewrite_patterns import GraphRewriteError, REWRITE_POINT, rewrite_patterns

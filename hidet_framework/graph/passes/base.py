@@ -30,7 +30,7 @@ INTERPRETER_ELEMENT_LIMIT = 1 << 14
 def interpret_task(task: Task, arrays: Sequence[np.ndarray]) -> Optional[list[np.ndarray]]:
     """Run `task` with the pure-Python IR evaluator; None when it is too big for that."""
     from hidet_framework.schedule.auto_scheduler import auto_schedule
-    from hidet_framework.ir.evaluator import evaluate_function
+    from hidet_framework.analysis.evaluator import evaluate_function
 
     sizes = [int(np.prod([int(s) for s in t.shape], dtype=np.int64)) for t in task.outputs]
     if sum(sizes) > INTERPRETER_ELEMENT_LIMIT:

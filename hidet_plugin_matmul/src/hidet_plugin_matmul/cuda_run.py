@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 
 def candidate_source(scheduled: Any, target: Any) -> str:
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
     from hidet_plugin_cuda.codegen import generate
 
     return generate(lower(scheduled.module, "cuda"), target)
@@ -51,7 +51,7 @@ def compile_sources(jobs: Sequence[tuple], arch: str = "sm_90", workers: int | N
 
 
 def compile_scheduled(scheduled: Any, backend: Any, target: Any) -> Any:
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
 
     return backend.compile(lower(scheduled.module, "cuda"), target)
 
