@@ -151,7 +151,7 @@ def _saved_source(folder: str) -> str | None:
 
 
 def _save(fn: Any, folder: str, source: str | None) -> None:
-    from hidet_framework.saved_graph import save_compiled
+    from hidet_framework.runtime.saved_graph import save_compiled
 
     try:
         save_compiled(fn, folder, source=os.path.abspath(source) if source else None)

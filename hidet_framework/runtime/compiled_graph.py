@@ -267,8 +267,8 @@ class CompiledGraph:
 
     def save(self, folder: str) -> str:
         """Write the built libraries, weights and launch plan to `folder`, for
-        ``hf.load_compiled`` (see ``hidet_framework.saved_graph``)."""
-        from hidet_framework.saved_graph import save_compiled
+        ``hf.load_compiled`` (see ``hidet_framework.runtime.saved_graph``)."""
+        from hidet_framework.runtime.saved_graph import save_compiled
 
         return save_compiled(self, folder)
 

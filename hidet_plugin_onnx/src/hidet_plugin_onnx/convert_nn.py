@@ -182,7 +182,7 @@ def _batch_norm(ctx):
         dtype = value_dtype(x.dtype)
         y = ctx.op("mul")(x, ctx.as_tensor(a.reshape(shape).astype(dtype), 1))
         return ctx.op("add")(y, ctx.as_tensor(b.reshape(shape).astype(dtype), 2))
-    return ctx.op("batch_norm")(x, ctx.tensor(3), ctx.tensor(4), ctx.tensor(1), ctx.tensor(2), epsilon=eps)
+    return ctx.op("batch_norm")(x, ctx.tensor(1), ctx.tensor(2), ctx.tensor(3), ctx.tensor(4), epsilon=eps)
 
 
 @converter("LayerNormalization", needs=("layer_norm",))
@@ -199,6 +199,30 @@ def _layer_norm(ctx):
 def _instance_norm(ctx):
     return ctx.op("instance_norm")(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                                    epsilon=float(ctx.attr("epsilon", 1e-5)))
+
+
+@converter("GroupNormalization", needs=("group_norm",))
+def _group_norm(ctx):
+    x = ctx.tensor(0)
+    groups = int(ctx.attr("num_groups"))
+    if ctx.attr("stash_type", 1) != 1:
+        raise ctx.error("stash_type other than 1 (float32) is not supported")
+    scale, bias = ctx.tensor(1), ctx.tensor(2)
+    if ctx.opset < 21 and x.rank >= 2 and scale.shape == (groups,):
+        # opsets 18-20 give one scale and bias per group: repeat them per channel
+        if not (ctx.is_known(1) and ctx.is_known(2)):
+            raise ctx.error("per-group scale and bias (opset < 21) must be constants")
+        per = x.shape[1] // groups
+        scale = ctx.as_tensor(np.repeat(ctx.inputs[1], per), 1)
+        bias = ctx.as_tensor(np.repeat(ctx.inputs[2], per), 2)
+    return ctx.op("group_norm")(x, scale, bias, groups, epsilon=float(ctx.attr("epsilon", 1e-5)))
+
+
+@converter("CumSum", needs=("cumsum",))
+def _cumsum(ctx):
+    axis = int(ctx.known(1, "axis").reshape(()))
+    return ctx.op("cumsum")(ctx.tensor(0), axis, exclusive=bool(ctx.attr("exclusive", 0)),
+                            reverse=bool(ctx.attr("reverse", 0)))
 
 
 @converter("Softmax", needs=("softmax",))

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import hidet_framework as hf
-from hidet_framework.saved_graph import SavedModelError
+from hidet_framework.runtime.saved_graph import SavedModelError
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "models", "tiny_resnet.onnx")
 

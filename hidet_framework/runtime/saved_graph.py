@@ -229,7 +229,7 @@ class LoadedGraph:
         return len(self._launches)
 
     def __call__(self, *arrays: Any) -> Any:
-        from hidet_framework.graph.compiled_graph import GraphInputError
+        from hidet_framework.runtime.compiled_graph import GraphInputError
 
         if len(arrays) != len(self.inputs):
             raise GraphInputError(f"the model takes {len(self.inputs)} inputs "
