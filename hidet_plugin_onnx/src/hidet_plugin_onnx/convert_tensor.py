@@ -309,8 +309,11 @@ def _resize(ctx):
     axes = [_axis(ctx, a, x.rank, "axes entry") for a in axes]
     scales = [1.0] * x.rank
     shape = list(x.shape)
-    has_scales = ctx.has(2) and np.asarray(ctx.inputs[2]).size > 0 if ctx.is_known(2) or not ctx.has(2) else True
-    if ctx.has(3) and (not ctx.is_known(3) or ctx.inputs[3].size):
+    def given(k: int) -> bool:  # an optional input may be present but empty
+        return ctx.has(k) and (not ctx.is_known(k) or ctx.inputs[k].size > 0)
+
+    has_scales = given(2)
+    if given(3):
         sizes = ctx.ints(3, "sizes")
         for a, s in zip(axes, sizes):
             shape[a] = s
