@@ -160,7 +160,9 @@ class CompiledGraph:
         totals = {kind: 0 for kind in ("input", "intermediate", "workspace")}
         for kind, b in zip(kinds, lifetimes):
             totals[kind] += b.nbytes
-        self._weights = {t.uid: self.device.from_numpy(t.storage) for t in graph.constants()}
+        # constants read by operators, and constant graph outputs (a model may return one)
+        weights = graph.constants() + [t for t in graph.outputs if t.is_constant()]
+        self._weights = {t.uid: self.device.from_numpy(t.storage) for t in weights}
         self._report = MemoryReport(self.plan.arena_bytes, totals["intermediate"], totals["workspace"],
                                     totals["input"], sum(_nbytes(t) for t in graph.constants()))
 
@@ -264,6 +266,13 @@ class CompiledGraph:
             fresh.copy_(a)
             outs.append(fresh)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def save(self, folder: str) -> str:
+        """Write the built libraries, weights and launch plan to `folder`, for
+        ``hf.load_compiled`` (see ``hidet_framework.runtime.saved_graph``)."""
+        from hidet_framework.runtime.saved_graph import save_compiled
+
+        return save_compiled(self, folder)
 
     # ---------------------------------------------------------------------- reports
     def memory_report(self) -> MemoryReport:
