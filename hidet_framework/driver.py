@@ -383,7 +383,7 @@ def compile(graph: FlowGraph, target: str = "auto", space: int | None = None,  #
     else:
         device = _usable_backend(kind).device
     # The evaluator target promises not to need a compiler, constant folding included.
-    ctx = GraphPassContext(evaluate=interpret_task if kind == EVALUATOR_TARGET else evaluate_on_cpu)
+    ctx = GraphPassContext(evaluate=interpret_task if kind == EVALUATOR_TARGET else evaluate_on_cpu, target=kind)
     graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with _progress(distinct, f"compiling {distinct} tasks for {kind}") as advance:

@@ -157,6 +157,8 @@ class CCodegen(CStyleCodegen):
 
     def for_pragmas(self, s: Any) -> list[str]:
         if s.parallel:
+            if isinstance(s.extent, Constant) and s.extent.value <= 1:
+                return []  # one iteration: starting a thread team costs more than the loop
             return ["#pragma omp parallel for schedule(static)"]
         if s.unroll is True:
             # A full-unroll hint is advice: past a few dozen copies it only costs compile
