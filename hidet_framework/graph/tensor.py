@@ -133,4 +133,7 @@ def constant(value: Any, dtype: Any = None, name: str = "") -> Tensor:
     array = np.array(value, dtype=None if dtype is None else data_type(dtype).numpy_name)
     if array.dtype == np.float64 and dtype is None and not isinstance(value, np.ndarray):
         array = array.astype(np.float32)
-    return Tensor(array.shape, array.dtype, storage=np.ascontiguousarray(array), name=name)
+    # np.array, not np.ascontiguousarray, which turns a 0-d array into a 1-d one; the
+    # given dtype wins over the storage's (bfloat16 is stored as uint16 bits)
+    return Tensor(array.shape, array.dtype if dtype is None else data_type(dtype),
+                  storage=np.array(array, order="C", copy=True), name=name)

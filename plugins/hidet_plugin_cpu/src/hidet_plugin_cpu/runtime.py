@@ -177,6 +177,7 @@ class CpuLoadedModule(LoadedModule):
             if sig.name in self._functions:
                 raise ValueError(f"duplicate function name {sig.name!r}")
             self._functions[sig.name] = make_caller(sig, cfunc)
+            self._functions[sig.name].library = path  # type: ignore[attr-defined] - what a saved model copies
 
     def function_names(self) -> Sequence[str]:
         return list(self._functions)

@@ -40,6 +40,7 @@ class CudaLoadedModule(LoadedModule):
 class CudaBackend(Backend):
     name = "cuda"
     target_kinds = ("cuda",)
+    preference = 10  # "auto" takes the GPU over the CPU where one is usable
 
     def __init__(self, device_id: int = 0, compiler: str | None = None):
         self.device_id = device_id
@@ -75,6 +76,11 @@ class CudaBackend(Backend):
             return Availability(False, str(exc))
         except Exception as exc:  # availability must answer, whatever went wrong
             return Availability(False, f"CUDA probe failed: {type(exc).__name__}: {exc}")
+
+    def auto_schedule_kernel(self, stage: Any) -> Any:
+        from .auto_schedule import cuda_stage_kernel
+
+        return cuda_stage_kernel(stage)
 
     def detect_target(self) -> Target:
         """This GPU's target when usable, else the H200 default (sm_90)."""
