@@ -10,7 +10,8 @@
 #
 # Environment: MUTATION_OUT (default ./mutation-results: per group the stats JSON, the
 # survivors list and the log), MUTATION_JOBS (parallel mutants, default 1), MUTATION_NICE
-# (niceness, default 10). Needs `pip install mutmut` (requirements-dev.txt has it).
+# (niceness, default 10), MUTMUT (the mutmut command; default: mutmut on PATH, so run it
+# inside the venv where requirements-dev.txt is installed: it lists mutmut).
 #
 # Each group runs in a scratch copy of the working tree (tracked and untracked files),
 # so mutmut's mutants/ folder and its config never touch the checkout; mutmut puts its
@@ -70,10 +71,10 @@ EOF
   (
     cd "$work"
     export HIDET_FRAMEWORK_CACHE="$work/.hf-cache" HIDET_FRAMEWORK_QUIET=1
-    nice -n "$niceness" mutmut run --max-children "$jobs" >"$out/$group.log" 2>&1 || true
-    mutmut export-cicd-stats >>"$out/$group.log" 2>&1 || true
+    nice -n "$niceness" "${MUTMUT:-mutmut}" run --max-children "$jobs" >"$out/$group.log" 2>&1 || true
+    "${MUTMUT:-mutmut}" export-cicd-stats >>"$out/$group.log" 2>&1 || true
     cp mutants/mutmut-cicd-stats.json "$out/$group-stats.json" 2>/dev/null || true
-    mutmut results >"$out/$group-survivors.txt" 2>/dev/null || true
+    "${MUTMUT:-mutmut}" results >"$out/$group-survivors.txt" 2>/dev/null || true
   )
   rm -rf "$work"
   trap - EXIT
