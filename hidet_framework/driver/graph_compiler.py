@@ -63,7 +63,8 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     resolved = resolve_compile_target(target)
     space = resolve_space(space)
     # The evaluator target promises not to need a compiler, constant folding included.
-    ctx = GraphPassContext(evaluate=interpret_task if resolved is EVALUATOR else evaluate_constants)
+    ctx = GraphPassContext(evaluate=interpret_task if resolved is EVALUATOR else evaluate_constants,
+                           target=resolved.kind)
     graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with progress(distinct, f"compiling {distinct} tasks for {resolved.kind}") as advance:

@@ -34,12 +34,15 @@ class GraphPassContext:
     :param max_rewrite_rounds: the bound on rewrite rounds before giving up on a
         fixpoint (a pair of rules undoing each other would otherwise loop forever).
     :param stats: what each pass did, by pass name (filled by the passes).
+    :param target: the target kind the graph is compiled for ("cpu", "cuda"), None
+        when unknown; rewrite rules that declare ``targets`` run only for those.
     """
 
     evaluate: Optional[TaskEvaluator] = None
     rewrite_rules: Optional[Sequence[Any]] = None
     max_rewrite_rounds: int = 16
     stats: dict = attrs.field(factory=dict)
+    target: Optional[str] = None
 
     def record(self, pass_name: str, **counts: int) -> None:
         entry = self.stats.setdefault(pass_name, {})

@@ -114,11 +114,12 @@ class CudaBackend(Backend):
         arguments), or an IR module, whose specs come from
         ``hidet_plugin_cuda.codegen.kernel_specs(module)``.
         """
+        from hidet_framework.backend.build_cache import read_artifact
+
         from .driver import CudaModule
 
         specs = specs_by_name(self._kernel_specs(module))
-        with open(artifact.path, "rb") as f:
-            image = f.read()
+        image = read_artifact(artifact.path)  # ownership, mode and hash checked on the bytes loaded
         smem_limit = artifact.target.get("smem_per_block_optin")
         return CudaLoadedModule(CudaModule(image, self.device_id), specs, smem_limit)
 
