@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("compute",),          # compute definitions and Tasks
     ("ops",),              # hf.ops: operators from the registry
     ("graph",),            # graph construction and graph passes
+    ("frontend",),         # hf.load: model files to graphs through frontend plugins
     ("schedule",),         # ScheduledTask, Template, the auto-scheduler
     ("fusion",),           # partition pass, fused operator, grafts onto scheduled kernels
     ("tuner",),            # candidate search and the tuning cache
