@@ -1,4 +1,4 @@
-"""Laws of layouts (DESIGN.md section 4), as hypothesis properties.
+"""Laws of layouts (docs/design.md, Task mappings and layouts), as hypothesis properties.
 
 Layouts are drawn from a small grammar (dense with any dimension order, swizzle,
 composition, concatenation) with extents <= 4 so bijections can be checked on every
