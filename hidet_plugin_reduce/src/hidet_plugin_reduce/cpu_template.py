@@ -7,13 +7,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import const
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.math_functions import rsqrt
 from hidet_framework.ir.types import TensorType
 from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from .cpu_rows import _arg_scan, _reduce_columns, _reduce_rows, _rows, _softmax_rows, cpu_space
 from .row_access import FAMILIES, RowAccess, accumulator_dtype

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, logical_and
-from hidet_framework.ir.mapping import spatial
+from hidet_framework.mapping.task_mapping import spatial
 from hidet_framework.ir.types import PointerType, TensorType
 from hidet_framework.lang import (
     address_of, attrs, deref, register_tensor, script, script_module, shared_tensor, static_range, tensor_pointer,

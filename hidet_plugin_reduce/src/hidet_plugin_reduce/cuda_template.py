@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from .cuda_space import columns_space, row_plan, rows_space
 from .row_access import FAMILIES, RowAccess

@@ -92,7 +92,7 @@ def test_spaces_come_from_the_target_and_start_with_the_default():
 
 
 def _compile_one(job):
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
     from hidet_plugin_cuda.codegen import generate
     from hidet_plugin_cuda.nvrtc_build import build_cubin
 
