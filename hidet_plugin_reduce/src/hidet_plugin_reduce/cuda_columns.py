@@ -131,3 +131,40 @@ def build_columns(operator: str, task: Any, attributes: Mapping[str, Any], param
     plan = {"vec": vec, "parts": parts, "per_part": per_part, "tiles": tiles}
     return ScheduledTask(script_module(*functions, name=name), tuple(launches), workspace, source=source,
                          params={**dict(params), "plan": plan})
+
+
+def build_scan(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], source: str) -> ScheduledTask:
+    """cumsum on CUDA: thread e of the grid scans column e (``e = o * inner + i``)."""
+    acc = RowAccess("cumsum", attributes)
+    x, y = task.inputs[0], task.outputs[0]
+    xt, yt = TensorType(x.dtype, x.shape), TensorType(y.dtype, y.shape)
+    adt = accumulator_dtype(x.dtype)
+    outer, extent, inner = acc.outer, acc.extent, acc.inner
+    exclusive, reverse = bool(attributes.get("exclusive")), bool(attributes.get("reverse"))
+    block = int(params["block"])
+    columns = outer * inner
+    name = f"cumsum_cuda_scan_b{block}"
+
+    @script
+    def cumsum_scan(x: xt, y: yt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = -(-columns // block)
+        attrs.cuda.block_dim = block
+        e = blockIdx.x * block + threadIdx.x
+        if e < columns:
+            o = e / inner
+            i = e % inner
+            run = cast(0, adt)
+            for t in range(extent):
+                r = extent - 1 - t if reverse else t
+                if exclusive:
+                    acc.store(y, run, o, r, i)
+                    run = run + cast(x[acc.x_index(o, r, i)], adt)
+                else:
+                    run = run + cast(x[acc.x_index(o, r, i)], adt)
+                    acc.store(y, run, o, r, i)
+
+    launch = Launch(name, (BufferRef("input", 0), BufferRef("output", 0)))
+    return ScheduledTask(script_module(cumsum_scan, name=name), (launch,), (), source=source,
+                         params={**dict(params), "plan": {"block": block}})

@@ -98,9 +98,36 @@ class CudaColumnTemplate(Template):
         return build_columns(self.operator, task, attributes, params, target, in_fusion_group(attributes), self.name)
 
 
+class CudaScanTemplate(Template):
+    """cumsum: one thread per (row, column) runs the scan; consecutive threads take
+    consecutive columns, so with ``inner > 1`` every step is a coalesced warp access
+    (over the innermost axis each thread walks its own row: correct, not fast)."""
+
+    target = "cuda"
+    version = "1"
+    priority = 10
+    operator = "cumsum"
+    name = "reduce.cuda_scan.cumsum"
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return _common_applies(self.operator, task, attributes)
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        out = [{"block": 256}]
+        return out if level == 0 else out + [{"block": 128}, {"block": 512}]
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        from .cuda_columns import build_scan
+
+        return build_scan(task, attributes, params, self.name)
+
+
 def cuda_templates() -> dict[str, Template]:
     out: dict[str, Template] = {}
     for operator, family in FAMILIES.items():
+        if family == "scan":
+            out["reduce.cuda_scan.cumsum"] = CudaScanTemplate()
+            continue
         out[f"reduce.cuda_rows.{operator}"] = CudaRowTemplate(operator)
         if family == "reduce":
             out[f"reduce.cuda_columns.{operator}"] = CudaColumnTemplate(operator)
