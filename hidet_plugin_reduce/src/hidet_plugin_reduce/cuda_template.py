@@ -65,6 +65,13 @@ class CudaRowTemplate(Template):
         plan = row_plan(dict(params), acc.extent, x.dtype.nbytes, target, vector_ok)
         if acc.family == "arg":
             plan["cached"] = False
+        if acc.family == "reduce":
+            from .cuda_columns import build_split_rows, split_rows_parts
+
+            parts = split_rows_parts(acc.outer, acc.extent, plan["vec"], 256, target)
+            if parts > 1:  # few long rows: several blocks per row, then a combining kernel
+                return build_split_rows(self.operator, task, attributes, params, target, graft, self.name, parts,
+                                        plan["vec"])
         name = f"{self.operator}_cuda_rows_t{plan['threads']}_r{plan['rows_per_block']}_v{plan['vec']}" \
                f"{'_c' if plan['cached'] else '_s'}"
         module = build_rows_kernel(acc, task, plan, name, graft, attributes)
