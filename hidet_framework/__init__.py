@@ -23,6 +23,8 @@ _LAZY_EXPORTS: dict[str, str] = {
     "trace": "hidet_framework.graph",
     "compile": "hidet_framework.driver",
     "ops": "hidet_framework.driver",  # the hidet_framework.ops module, which the driver imports
+    "load": "hidet_framework.frontend",
+    "load_compiled": "hidet_framework.runtime.saved_graph",
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]

@@ -26,10 +26,15 @@ def _unknown(name: str) -> AttributeError:
     from hidet_framework.extension import plugin_host
 
     host = plugin_host()
-    plugins = sorted(info.name for info in host.report() if not info.error)
+    report = host.report()
+    plugins = sorted(info.name for info in report if not info.error)
+    # a plugin that failed to load may be the one that registers it: say so first
+    failed = [f"{info.name} ({info.distribution or 'no distribution'}): {info.error}"
+              for info in report if info.error is not None]
+    hint = f"plugins that failed to load, one of which may provide it: {'; '.join(failed)}; " if failed else ""
     return AttributeError(
-        f"no installed plugin registers an operator named {name!r} "
-        f"(installed plugins: {', '.join(plugins) or 'none'}; "
+        f"no installed plugin registers an operator named {name!r} ({hint}"
+        f"installed plugins: {', '.join(plugins) or 'none'}; "
         f"known operators: {', '.join(sorted(host.operators)) or 'none'})")
 
 
