@@ -178,6 +178,8 @@ class CpuRowTemplate(Template):
             return False
         if any(int(s) == 0 for s in attributes.get("shape", ())):
             return False
+        if len(task.outputs) != 1 or task.inputs[0].dtype.is_bool():
+            return False  # layer_norm's statistics outputs, any/all of bools: the auto-scheduler
         family = FAMILIES[self.operator]
         if family in ("softmax", "norm") and int(attributes["inner"]) != 1:
             return False  # a softmax over a non-innermost axis: the auto-scheduler

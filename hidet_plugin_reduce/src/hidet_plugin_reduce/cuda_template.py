@@ -32,7 +32,7 @@ def in_fusion_group(attributes: Mapping[str, Any]) -> bool:
 def _common_applies(operator: str, task: Any, attributes: Mapping[str, Any]) -> bool:
     if not attributes.get("contiguous") or int(attributes.get("extent", 0)) < 1:
         return False
-    if any(int(s) == 0 for s in attributes.get("shape", ())):
+    if any(int(s) == 0 for s in attributes.get("shape", ())) or len(task.outputs) != 1:
         return False
     return task.inputs[0].dtype.name in _DTYPES
 
