@@ -12,10 +12,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .conformance_exclusions import EXCLUSIONS, OLD_OPSET_REASON
+from .conformance_exclusions import EXCLUSIONS
 from .errors import OnnxImportError, UnsupportedOperatorsError
 from .op_table import CONVERTERS
-from .read_model import DEFAULT_DOMAINS, MIN_OPSET
+from .read_model import DEFAULT_DOMAINS
 
 
 @attrs.frozen
@@ -65,13 +65,7 @@ def op_of(case: Any) -> str:
     return "(expanded functions)"
 
 
-def _opset(case: Any) -> int:
-    return max((o.version for o in case.model.opset_import if o.domain in DEFAULT_DOMAINS), default=0)
-
-
 def exclusion(case: Any) -> str | None:
-    if _opset(case) < MIN_OPSET:
-        return OLD_OPSET_REASON
     for pattern, reason in EXCLUSIONS:
         if re.fullmatch(pattern, case.name):
             return reason

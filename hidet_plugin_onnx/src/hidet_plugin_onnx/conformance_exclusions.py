@@ -2,9 +2,6 @@
 Patterns are full-match regular expressions over test names."""
 from __future__ import annotations
 
-# Every test whose model imports a default-domain opset below 13.
-OLD_OPSET_REASON = "a model at an opset below 13 (supported: 13 to 21)"
-
 EXCLUSIONS: list[tuple[str, str]] = [
     (r"(?i)test_cast(like)?_.*(float8|float4|int4|int2|e8m0|string|no_saturate).*",
      "float8/float4/int4/int2/string element types: hidet-framework has none of them"),
