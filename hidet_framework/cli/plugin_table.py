@@ -70,10 +70,13 @@ def plugins(as_json: bool, show_all: bool) -> None:
     table.add_column("provides", overflow="fold")
     notes: list[str] = []
     for info in infos:
-        if info.error is None and info.status == "loaded":
+        if info.error is None and info.status in ("loaded", "conflict"):
             provides, more = _provides(info, host)
+            provides = "; ".join([provides, *(f"overrides {o}" for o in info.overrides)])
+            more += [f"{info.name}: {conflict}" for conflict in info.conflicts]
             notes += more
-            status = Text("loaded", style="green") if not more else Text("loaded*", style="yellow")
+            style = "red" if info.conflicts else "yellow" if more else "green"
+            status = Text(info.status + ("*" if more else ""), style=style)
         else:
             provides = "-"
             status = Text(info.status, style="red" if info.error else "yellow")

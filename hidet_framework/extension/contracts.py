@@ -50,11 +50,11 @@ def template_problems(obj: Any) -> list[str]:
     return problems
 
 
-BACKEND_METHODS = ("availability", "detect_target", "codegen", "build", "load")
+BACKEND_METHODS = ("availability", "detect_target", "codegen", "build", "load", "auto_schedule_kernel")
 
 
 def backend_problems(obj: Any) -> list[str]:
-    """A backend: ``target_kinds``, the methods of
+    """A backend: ``target_kinds``, ``preference``, the methods of
     ``BACKEND_METHODS`` and a ``device`` attribute (looked up on the class: reading it
     may start a device)."""
     if isinstance(obj, type):
@@ -64,6 +64,10 @@ def backend_problems(obj: Any) -> list[str]:
     if isinstance(kinds, str) or not isinstance(kinds, (tuple, list)) or not kinds \
             or not all(isinstance(k, str) and k for k in kinds):
         problems.append(f"target_kinds (a non-empty tuple of target-kind strings such as ('cpu',); got {kinds!r})")
+    preference = getattr(obj, "preference", None)
+    if not isinstance(preference, int) or isinstance(preference, bool):
+        problems.append(f"preference (an int; target 'auto' takes the usable backend with the highest; "
+                        f"got {preference!r})")
     problems += _missing_methods(obj, BACKEND_METHODS)
     if not hasattr(type(obj), "device") and "device" not in getattr(obj, "__dict__", {}):
         problems.append("device (the DeviceInterface: memory, copies, timing)")

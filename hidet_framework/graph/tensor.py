@@ -37,7 +37,7 @@ class Tensor:
 
     def __init__(self, shape: Sequence[int], dtype: Any, producer: "Operator | None" = None,
                  index: int = 0, storage: Optional[np.ndarray] = None, name: str = "") -> None:
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(_extent(s, shape) for s in shape)
         if any(s < 0 for s in self.shape):
             raise ShapeError(f"negative extent in shape {self.shape}")
         self.dtype: DataType = data_type(dtype)
@@ -113,6 +113,14 @@ class Operator:
     def __repr__(self) -> str:
         ins = ", ".join(t.name for t in self.inputs)
         return f"{self.name}({ins})"
+
+
+def _extent(value: Any, shape: Any) -> int:
+    """An extent as an int: Python and numpy integers only (``int(2.7)`` would quietly
+    make a (2.7, 3) shape (2, 3))."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ShapeError(f"shape {tuple(shape)!r}: extent {value!r} is not an integer")
+    return int(value)
 
 
 def symbol(shape: Sequence[int], dtype: Any = "float32", name: str = "") -> Tensor:

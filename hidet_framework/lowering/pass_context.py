@@ -19,6 +19,7 @@ DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType({
     "bounds_check": False,  # insert_bounds_check: assert every tensor index is in range
     "unroll": True,         # unroll_loops: honour unroll hints on constant-extent loops
     "max_unroll": 1024,     # unroll_loops: never expand more copies of a body than this
+    "max_unroll_statements": 4096,  # unroll_loops: nor more statements than this (copies x body)
 })
 
 _local = threading.local()

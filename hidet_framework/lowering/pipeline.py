@@ -11,6 +11,7 @@ The standard lowering pipeline, with the points where plugin passes go:
     unroll_loops           expand constant loops marked for unrolling
     insert_bounds_check    asserts on every index (only with config["bounds_check"])
     simplify_expr          fold again, dropping the asserts proven by loop bounds
+    widen_index_arithmetic int64 indices in functions with a buffer over 2^30 elements
     <before_codegen>
 
 A plugin adds a pass through its ``register_passes`` hook:
@@ -81,6 +82,7 @@ def lowering_pipeline(target_kind: str) -> list[Pass]:
     from hidet_framework.mapping.lower_task_mapping import LowerTaskMapping
     from hidet_framework.lowering.simplify_expr import SimplifyExpr
     from hidet_framework.lowering.unroll_loops import UnrollLoops
+    from hidet_framework.lowering.widen_index_arithmetic import WidenIndexArithmetic
 
     return [
         *plugin_passes(BEFORE_LOWERING, target_kind),
@@ -92,6 +94,7 @@ def lowering_pipeline(target_kind: str) -> list[Pass]:
         UnrollLoops(),
         InsertBoundsCheck(),
         SimplifyExpr(),
+        WidenIndexArithmetic(),
         *plugin_passes(BEFORE_CODEGEN, target_kind),
     ]
 

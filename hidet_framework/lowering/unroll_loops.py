@@ -9,8 +9,12 @@ loop over ``extent // f``, followed by the ``extent % f`` remaining copies. Each
 gets fresh variables for everything its body defines (declarations, lets, inner
 loops), since the copies share one block. A loop whose extent is not a constant keeps
 its hint for the backend (``#pragma unroll``); so does a body with break/continue,
-whose meaning unrolling would change. Config: ``unroll`` (False disables the pass) and
-``max_unroll`` (never more copies of one body than this).
+whose meaning unrolling would change. Config: ``unroll`` (False disables the pass),
+``max_unroll`` (never more copies of one body than this) and ``max_unroll_statements``
+(never more statements than this from one loop: copies times the statements of its
+body, inner unrolled loops counted expanded). The statement budget is what keeps the
+generated code's size independent of the shape: a repeat loop whose extent comes from
+a tensor's size stays a loop once its copies would pass the budget.
 """
 from __future__ import annotations
 
@@ -44,8 +48,9 @@ def body_copy(loop: ForStmt, index: Any, body: Stmt) -> Stmt:
 
 
 class _Unroll(IRRewriter):
-    def __init__(self, max_unroll: int) -> None:
+    def __init__(self, max_unroll: int, max_statements: int) -> None:
         self.max_unroll = max_unroll
+        self.max_statements = max_statements
 
     def visit_ForStmt(self, s: ForStmt) -> Any:
         s = super().visit_ForStmt(s)  # inner loops first
@@ -57,6 +62,8 @@ class _Unroll(IRRewriter):
         factor = extent if s.unroll is True else int(s.unroll)
         if factor <= 1 or factor > self.max_unroll:
             return s
+        if min(factor, extent) * len(collect(s.body, Stmt)) > self.max_statements:
+            return ForStmt(s.var, s.extent, s.body, unroll=None, parallel=s.parallel)
         t = s.var.type
         if factor >= extent:
             return SeqStmt(tuple(body_copy(s, const(k, t), s.body) for k in range(extent)))
@@ -74,4 +81,5 @@ class UnrollLoops(FunctionPass):
     def run_on_function(self, fn: Function, ctx: Any) -> Function:
         if not ctx.config.get("unroll", True):
             return fn
-        return _Unroll(int(ctx.config.get("max_unroll", 1024))).visit(fn)
+        return _Unroll(int(ctx.config.get("max_unroll", 1024)),
+                       int(ctx.config.get("max_unroll_statements", 4096))).visit(fn)

@@ -21,13 +21,11 @@ from hidet_framework.backend.signature import numpy_dtype
 from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
+from hidet_framework.runtime.compiled_task import GraphInputError
 from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
+from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding
 from hidet_framework.graph.tensor import Operator, Tensor
-
-
-class GraphInputError(ValueError):
-    """A compiled graph was called with the wrong number, dtypes or shapes of inputs."""
 
 
 class CompiledTaskLike(Protocol):
@@ -190,16 +188,27 @@ class CompiledGraph:
     def _bind(self) -> None:
         launches: list[tuple[Callable[..., None], tuple]] = []
         self._launch_counts: list[int] = []  # per operator, for the fusion report
+        sites: list[tuple[int, int, int]] = []  # (launch, argument, tensor uid)
         for op, task, ws_slots in zip(self.graph.nodes, self.tasks, self._workspace_slots):
             inputs = [self._array_of(t) for t in op.inputs]
             outputs = [self._array_of(t) for t in op.outputs]
             workspace = [self._view(s, spec.shape, spec.dtype.name) for s, spec in zip(ws_slots, task.workspace)]
             bound = task.bind(inputs, outputs, workspace)
             self._launch_counts.append(len(bound))
+            # where each launch takes an operator's input/output buffer: bind passes the
+            # buffer objects themselves, so identity finds them (for _DirectBinding)
+            for li, (_, args) in enumerate(bound):
+                for j, arg in enumerate(args):
+                    for t, view in list(zip(op.inputs, inputs)) + list(zip(op.outputs, outputs)):
+                        if arg is view:
+                            sites.append((len(launches) + li, j, t.uid))
             launches += bound
         self._launches = tuple(launches)
         self._input_views = [self._array_of(t) if t.uid in self._slot else None for t in self.graph.inputs]
         position = {t.uid: k for k, t in enumerate(self.graph.inputs)}
+        self._direct = _DirectBinding.of(self.graph, self._launches, sites, self._slot,
+                                         isinstance(self._arena, np.ndarray))
+        self._fresh = False
         # per output: ("input", k) echoes input k; ("array", a) copies a device array out
         self._fetch = [("input", position[t.uid]) if t.uid in position and t.uid not in self._slot
                        else ("array", self._array_of(t)) for t in self.graph.outputs]
@@ -211,6 +220,11 @@ class CompiledGraph:
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             value = np.asarray(value, dtype=numpy_dtype(want))  # lists and scalars take the graph's dtype
         got_shape, got_dtype = tuple(int(s) for s in value.shape), _dtype_name(value.dtype)
+        if isinstance(value.dtype, np.dtype) and not value.dtype.isnative:
+            # numpy names '>f4' float32 too, but kernels read native byte order: refuse, never swap
+            raise GraphInputError(
+                f"input {k} ({t.name!r}): the array is {got_dtype} in non-native byte order "
+                f"({value.dtype.str!r}); convert it first, e.g. x.astype(x.dtype.newbyteorder('='))")
         if got_dtype not in (want, numpy_dtype(want).name) or got_shape != t.shape:
             raise GraphInputError(
                 f"input {k} ({t.name!r}): expected {_describe(t.shape, want)}, "
@@ -229,7 +243,17 @@ class CompiledGraph:
                 value = self.device.from_dlpack(value)
             view.copy_(value)
 
-    def _run(self, arrays: Sequence[Any]) -> list[Any]:
+    def _run(self, arrays: Sequence[Any], out: Sequence[Any] | None = None) -> list[Any]:
+        direct = self._direct
+        if direct is not None and len(arrays) == len(self.graph.inputs):
+            result = direct.run(arrays, out)
+            if result is not None:
+                self._fresh = True
+                return result
+        self._fresh = False
+        if out is not None:
+            raise GraphInputError("out= needs numpy outputs on the cpu target, one C-contiguous writable "
+                                  "array of the output's shape and dtype per graph output")
         if len(arrays) != len(self.graph.inputs):
             names = ", ".join(f"{t.name}: {_describe(t.shape, t.dtype.name)}" for t in self.graph.inputs)
             raise GraphInputError(f"the graph takes {len(self.graph.inputs)} inputs ({names}), "
@@ -242,11 +266,20 @@ class CompiledGraph:
             fn(*args)
         return [arrays[x] if kind == "input" else x for kind, x in self._fetch]
 
-    def __call__(self, *arrays: Any) -> Any:
-        """Run on the given inputs; numpy outputs (one array, or a tuple)."""
-        # copies: arena views are overwritten by the next call
-        outs = [np.array(a, copy=True) if isinstance(a, np.ndarray) else self.device.to_numpy(a)
-                for a in self._run(arrays)]
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        """Run on the given inputs; numpy outputs (one array, or a tuple).
+
+        On the cpu target, numpy inputs of the graph's dtype that are C-contiguous are
+        read where they lie, and the outputs are fresh arrays the kernels write (or the
+        `out` arrays: one array, or a sequence with one per output), so a call copies
+        nothing (`_DirectBinding`); other inputs are copied into the arena first."""
+        if out is not None:
+            out = [out] if isinstance(out, np.ndarray) else list(out)
+        outs = self._run(arrays, out)
+        if not self._fresh:
+            # copies: arena views are overwritten by the next call
+            outs = [np.array(a, copy=True) if isinstance(a, np.ndarray) else self.device.to_numpy(a)
+                    for a in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run_device(self, *arrays: Any) -> Any:
@@ -254,7 +287,10 @@ class CompiledGraph:
         cupy take through DLPack; on cpu: numpy arrays). Outputs never alias the
         arena, so a later call does not overwrite them."""
         outs = []
-        for a in self._run(arrays):
+        results = self._run(arrays)
+        if self._fresh:
+            return results[0] if len(results) == 1 else tuple(results)
+        for a in results:
             if isinstance(a, np.ndarray):
                 outs.append(np.array(a, copy=True))
                 continue

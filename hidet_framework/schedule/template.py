@@ -56,3 +56,47 @@ class Template:
 
     def __repr__(self) -> str:
         return f"<template {self.name} v{self.version} ({self.operator} on {self.target})>"
+
+
+class TemplateError(RuntimeError):
+    """A template's build() failed or returned something that is not a ScheduledTask;
+    the message names the template and the plugin that registered it."""
+
+
+def template_origin(template: Any) -> str:
+    """'template NAME (plugin P)': who to blame, the plugin found by identity in the
+    template registry (a template built by hand has no plugin)."""
+    name = getattr(template, "name", "") or type(template).__name__
+    try:
+        from hidet_framework.extension import plugin_host
+
+        registry = plugin_host().templates
+        for key in registry:
+            if registry[key] is template:
+                return f"template {name!r} (plugin {registry.provider(key)!r})"
+    except Exception:  # the registry itself may be what is broken; the name still helps
+        pass
+    return f"template {name!r}"
+
+
+def build_scheduled(template: Any, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+                    target: Target) -> Any:
+    """``template.build(...)``, checked: an exception or a result that is not a
+    ScheduledTask becomes a TemplateError naming the template, its plugin and the
+    parameters, instead of an AttributeError deep in lowering."""
+    from hidet_framework.schedule.scheduled_task import ScheduledTask
+
+    try:
+        result = template.build(task, attributes, params, target)
+    except Exception as exc:
+        raise TemplateError(f"{template_origin(template)} failed to build with params {dict(params)!r}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(result, ScheduledTask):
+        raise TemplateError(f"{template_origin(template)} build() returned {type(result).__name__} "
+                            f"{_short(result)} for params {dict(params)!r}; it must return a ScheduledTask")
+    return result
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

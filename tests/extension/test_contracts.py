@@ -111,7 +111,8 @@ def test_a_backend_missing_methods_is_refused_listing_them(isolated_plugin_host)
     half = types.SimpleNamespace(name="half", target_kinds=("half",), availability=lambda: True)
     message = refusal(isolated_plugin_host, register_backends=lambda register: register("half", half))
     assert "'mine'" in message
-    for missing in ("detect_target()", "codegen()", "build()", "load()", "device ("):
+    for missing in ("detect_target()", "codegen()", "build()", "load()", "auto_schedule_kernel()", "device (",
+                    "preference ("):
         assert missing in message
 
 

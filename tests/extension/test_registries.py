@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from hidet_framework.extension import MissingBackendError, hookimpl, points
+from hidet_framework.extension.registry import NameCollisionError
 
 
 @attrs.frozen
@@ -65,20 +66,20 @@ def test_registrations_record_their_provider(isolated_plugin_host, fakes):
     assert "alpha" not in host.backends  # unregistering rebuilt the registries
 
 
-def test_duplicate_name_names_both_plugins_and_first_keeps_it(isolated_plugin_host, fakes):
+def test_duplicate_name_names_both_plugins_and_neither_takes_it(isolated_plugin_host, fakes):
+    """Issue 12 item 7: the order plugins load in never decides who serves a name."""
     host = isolated_plugin_host
     first, second = fakes.Backend("same"), fakes.Backend("same")
     with host.temporary_plugin(fakes.backend_plugin(first), name="first"), \
             host.temporary_plugin(fakes.backend_plugin(second, fakes.Backend("extra")), name="second"):
-        assert host.backends["same"] is first
-        assert host.backends.provider("same") == "first"
-        assert "extra" not in host.backends  # the failing plugin contributes nothing
+        with pytest.raises(NameCollisionError, match="'first' and 'second'.*priority=1"):
+            host.backends["same"]
+        assert "same" not in host.backends and list(host.backends) == ["extra"]
+        assert host.backends.provider("extra") == "second"  # the rest of each plugin still works
         info = {i.name: i for i in host.report()}
-        assert info["first"].error is None and info["first"].registered == {"backends": ("same",)}
-        error = info["second"].error
-        assert info["second"].status == "failed"
-        assert error.type == "DuplicateRegistrationError" and error.phase == "register_backends"
-        assert "'first'" in error.message and "'second'" in error.message
+        for name in ("first", "second"):
+            assert info[name].status == "conflict" and info[name].error is None
+            assert "'first' and 'second'" in info[name].conflicts[0]
 
 
 def test_same_plugin_registering_a_name_twice_is_rejected(isolated_plugin_host):
@@ -88,7 +89,7 @@ def test_same_plugin_registering_a_name_twice_is_rejected(isolated_plugin_host):
 
     with isolated_plugin_host.temporary_plugin(plugin(register_operators=twice), name="twice"):
         (info,) = isolated_plugin_host.report()
-        assert "already did (the same plugin" in info.error.message
+        assert "plugin 'twice' registered it twice" in info.error.message
         assert len(isolated_plugin_host.operators) == 0
 
 

@@ -32,7 +32,11 @@ def test_fused_cuda_matmul_candidates_compile(tmp_path, monkeypatch, fx):
     except Exception as exc:
         pytest.skip(f"no CUDA compiler: {exc}")
     from hidet_plugin_cuda.target import default_cuda_target
-    from hidet_plugin_matmul.cuda_run import candidate_source
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_cuda import CudaBackend
+
+    def candidate_source(scheduled, target):
+        return generate_source(scheduled, CudaBackend(), target)
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
 

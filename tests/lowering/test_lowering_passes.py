@@ -132,6 +132,19 @@ def test_symbolic_extent_keeps_the_hint(config):
     assert run(UnrollLoops(), (a, n), before, **config).body is before
 
 
+def test_statement_budget_keeps_long_unrolls_a_loop():
+    """copies x body statements past ``max_unroll_statements``: a plain loop (no hint)."""
+    a, i = var("a", F32_6x8), var("i")
+    body = seq(*[BufferStoreStmt(a, (const(k % 6), i), 1.0) for k in range(4)])  # a SeqStmt and 4 stores
+    before = ForStmt(i, 8, body, unroll=True)
+    kept = run(UnrollLoops(), (a,), before, max_unroll_statements=39).body
+    assert isinstance(kept, ForStmt) and kept.unroll is None and kept.body is body
+    expanded = run(UnrollLoops(), (a,), before, max_unroll_statements=40).body
+    assert isinstance(expanded, SeqStmt) and len(expanded.stmts) == 8
+    by_factor = run(UnrollLoops(), (a,), ForStmt(i, 1000, body, unroll=4), max_unroll_statements=20).body
+    assert isinstance(by_factor, ForStmt) and by_factor.extent.value == 250  # 4 copies x 5 fit
+
+
 # ------------------------------------------------------------ insert_bounds_check
 
 def _in_range(index, extent):

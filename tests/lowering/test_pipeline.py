@@ -12,7 +12,7 @@ from hidet_framework.lowering.pipeline import (
 )
 
 STANDARD = ["flatten_tensor_slice", "lower_task_mapping", "flatten_tensor_index", "simplify_expr",
-            "unroll_loops", "insert_bounds_check", "simplify_expr"]
+            "unroll_loops", "insert_bounds_check", "simplify_expr", "widen_index_arithmetic"]
 
 
 def names(passes):

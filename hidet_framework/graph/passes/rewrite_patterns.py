@@ -5,7 +5,10 @@ A rule is an object registered through ``register_passes`` with
 - ``point == "graph_rewrite"`` (``extension.points.GRAPH_REWRITE``),
 - ``op_names``: the operator names it looks at (it is never shown other operators),
 - ``rewrite(op) -> list[Tensor] | None``: replacement tensors for ``op.outputs``
-  (same count, shapes and dtypes), built from ``op.inputs``; None leaves `op` alone.
+  (same count, shapes and dtypes), built from ``op.inputs``; None leaves `op` alone;
+- optionally ``targets``: the target kinds it is for (a layout made for one backend's
+  kernels, e.g. weights packed for the CPU's SIMD width); such a rule runs only when
+  ``ctx.target`` is one of them.
 
 Rules are tried in registration order; the first that answers wins for that operator.
 A round visits every operator once (inputs already rewritten, so rules see the current
@@ -80,6 +83,9 @@ def rewrite_patterns(graph: FlowGraph, ctx: GraphPassContext | None = None) -> F
     rules: Sequence[Any] = registered_rules() if ctx.rewrite_rules is None else ctx.rewrite_rules
     by_name: dict[str, list[Any]] = {}
     for rule in rules:
+        targets = getattr(rule, "targets", None)
+        if targets is not None and ctx.target not in targets:
+            continue
         for name in getattr(rule, "op_names", ()):
             by_name.setdefault(name, []).append(rule)
     if not by_name or ctx.max_rewrite_rounds <= 0:

@@ -17,6 +17,9 @@ def register_templates(register):
     from hidet_plugin_matmul.cpu_template import CpuPackedMatmul
 
     register("matmul.cpu_packed", CpuPackedMatmul())
+    from hidet_plugin_matmul.cpu_gemv import CpuPrepackedMatmul
+
+    register("matmul.cpu_gemv", CpuPrepackedMatmul())
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
@@ -24,3 +27,11 @@ def register_templates(register):
     register("matmul.cuda_simt", CudaSimtMatmul())
     register("matmul.cuda_tensor_core", CudaTensorCoreMatmul())
     register("matmul.cuda_wgmma", CudaWgmmaMatmul())
+
+
+@hookimpl
+def register_passes(register):
+    # short-M matmul with constant weights: B packed once at compile time (CPU)
+    from hidet_plugin_matmul.cpu_prepack import PREPACK_RULE
+
+    register(PREPACK_RULE.name, PREPACK_RULE)

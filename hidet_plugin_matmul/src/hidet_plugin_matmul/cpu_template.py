@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import float32, vector_type
-from hidet_framework.ir.mapping import repeat, spatial
+from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
@@ -121,9 +121,11 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
     k_blocks, panels_total, rows_per_part = p["k_blocks"], p["panels_total"], p["rows_per_part"]
-    # Worker w owns N sub-blocks jw*q .. jw*q+q-1 and M part iw: (jw, iw) from spatial,
-    # its q sub-blocks from repeat. One parallel region for the whole task.
-    work = spatial(p["wn"], p["wm"]) * repeat(p["per_worker"], 1)
+    # Worker w owns N sub-blocks jw*q .. jw*q+q-1 and M part iw: (jw, iw) from the
+    # spatial mapping, its q sub-blocks from a loop (q grows with N: a loop, never
+    # unrolled, so the code's size does not). One parallel region for the whole task.
+    work = spatial(p["wn"], p["wm"])
+    per_worker = p["per_worker"]
     a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
     ku = int(params.get("ku", 4))
     bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
@@ -139,7 +141,9 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
         attrs.func_name = name
         for w in parallel(workers):
             tile = local_tensor(f32, [mr * nr])
-            for sb, iw in work.on(w):
+            for jw, iw in work.on(w):
+              for q in range(per_worker):
+                sb = jw * per_worker + q
                 panel0 = sb * sub_panels
                 n_panels = min(sub_panels, panels_total - panel0)
                 row_lo = iw * rows_per_part
@@ -251,7 +255,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels, nsb = p["workers"], p["m_tiles"], p["sub_panels"], p["nsb"]
     k_blocks, panels_total, items = p["k_blocks"], p["panels_total"], p["items"]
-    work = spatial(workers, 1) * repeat(p["per_worker"], 1)   # worker w: items w*q .. w*q+q-1
+    work = spatial(workers)   # worker w: items w*q .. w*q+q-1, q in a loop (grows with N)
+    per_worker = p["per_worker"]
     a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
     ku = int(params.get("ku", 4))
     bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
@@ -267,7 +272,9 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
         attrs.func_name = name
         for w in parallel(workers):
             tile = local_tensor(f32, [mr * nr])
-            for it, z in work.on(w):
+            for jw in work.on(w):
+              for q in range(per_worker):
+                it = jw * per_worker + q
                 if it < items:
                     bi = it / nsb
                     panel0 = (it % nsb) * sub_panels

@@ -20,15 +20,23 @@ from hidet_framework.backend.build_cache import BuildCache
 from hidet_framework.backend.c_style import function_at, source_excerpt
 
 from .target import detect_cpu_target
+from .vector_math import available_vector_functions, link_flags
 
-__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library"]
+__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "CompilerTimeout", "compiler_identity", "build_shared_library",
+           "compiler_timeout"]
 
 COMPILER = os.environ.get("HIDET_FRAMEWORK_CC", "gcc")
+TIMEOUT_ENV = "HIDET_FRAMEWORK_CC_TIMEOUT"
+# A build holds its key's lock; a compiler that never returns would hold it forever.
+# Generous: the largest generated sources take about a minute on a loaded 2-core box.
+DEFAULT_TIMEOUT_S = 900.0
 # -std=c11 (ISO mode) turns floating-point contraction off, so `acc + a * b` would stay a
 # multiply and an add; -ffp-contract=fast lets gcc emit FMA instructions (one rounding,
-# twice the throughput), as every BLAS does.
-CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=fast")
-LDFLAGS: tuple[str, ...] = ("-lm",)
+# twice the throughput), as every BLAS does. -fno-math-errno lets gcc vectorize calls of
+# libm functions (see vector_math.py); generated code never reads errno.
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=fast",
+                           "-fno-math-errno")
+LDFLAGS: tuple[str, ...] = ("-lm",)  # plus -lmvec where this machine has it: linker_flags()
 SOURCE_NAME = "source.c"
 CONTEXT_LINES = 3
 _MAX_ERRORS_SHOWN = 5
@@ -63,6 +71,24 @@ class CompileError(RuntimeError):
         return "\n".join(parts)
 
 
+class CompilerTimeout(RuntimeError):
+    """The C compiler ran past its time limit (``HIDET_FRAMEWORK_CC_TIMEOUT``)."""
+
+
+def compiler_timeout() -> float:
+    """Seconds a compiler run may take: ``$HIDET_FRAMEWORK_CC_TIMEOUT`` or 900."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a positive number of seconds")
+    return value
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_identity(compiler: str = COMPILER) -> str:
     """First line of ``<compiler> --version`` plus the resolved binary: part of every
@@ -85,6 +111,11 @@ def isa_fingerprint() -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def linker_flags() -> tuple[str, ...]:
+    """LDFLAGS and libmvec where the generated source may call its SIMD variants."""
+    return LDFLAGS + link_flags(available_vector_functions(COMPILER))
+
+
 def build_shared_library(source: str, *, name: str = "module", cache: BuildCache | None = None,
                          extra_flags: tuple[str, ...] = ()) -> tuple[str, bool]:
     """Compile `source` to a shared library; returns ``(path, cache_hit)``.
@@ -97,7 +128,7 @@ def build_shared_library(source: str, *, name: str = "module", cache: BuildCache
     key_parts = {
         "backend": "cpu",
         "source": source,
-        "flags": flags + list(LDFLAGS),
+        "flags": flags + list(linker_flags()),
         "compiler": compiler_identity(),
         "target": isa_fingerprint(),
     }
@@ -108,10 +139,16 @@ def build_shared_library(source: str, *, name: str = "module", cache: BuildCache
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(source)
         # Run in work_dir with relative paths so diagnostics say "source.c:LINE:".
-        command = [COMPILER, *flags, "-o", os.path.basename(out_path), SOURCE_NAME, *LDFLAGS]
+        command = [COMPILER, *flags, "-o", os.path.basename(out_path), SOURCE_NAME, *linker_flags()]
         # LC_ALL=C: plain ASCII quotes in diagnostics, whatever the user's locale.
         env = dict(os.environ, LC_ALL="C")
-        result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, env=env)
+        limit = compiler_timeout()
+        try:
+            result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, env=env, timeout=limit)
+        except subprocess.TimeoutExpired:  # run() has killed the compiler by now
+            raise CompilerTimeout(
+                f"{COMPILER} did not finish compiling {name!r} ({source.count(chr(10)) + 1} lines of C) within "
+                f"{limit:g} s; raise {TIMEOUT_ENV} if the machine is just slow") from None
         if result.returncode != 0:
             raise CompileError(result.stderr or result.stdout, source, command)
         return out_path

@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen
-from hidet_framework.backend.signature import FunctionSignature, ParamSpec, param_fields
+from hidet_framework.backend.signature import FunctionSignature, function_signature
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Cast, Constant, Expr, Var
@@ -58,6 +58,8 @@ from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope
 
 from . import primitives as _primitives  # noqa: F401  (registers the cpu math primitives)
+from . import vector_math
+from .build import COMPILER
 
 __all__ = ["CCodegen", "generate", "signatures", "public_signatures"]
 
@@ -124,6 +126,9 @@ class CCodegen(CStyleCodegen):
         lines = [f"#include <{h}>" for h in ("stdint.h", "stdbool.h", "math.h", "omp.h", "stdio.h",
                                              "stdlib.h", "string.h")]
         lines += _HELPERS.splitlines()
+        # SIMD variants of libm functions (libmvec) this machine has, so loops calling
+        # them vectorize; see vector_math.py.
+        lines += vector_math.declarations(vector_math.available_vector_functions(COMPILER))
         for t in _MINMAX_TYPES:  # evaluated once each; `min(a, b)` is `b < a ? b : a` like the IR
             c = self.SCALAR_TYPE_NAMES[t]
             lines += [f"static inline {c} hidet_{op}_{t}({c} a, {c} b) {{ return b {cmp} a ? b : a; }}"
@@ -152,6 +157,8 @@ class CCodegen(CStyleCodegen):
 
     def for_pragmas(self, s: Any) -> list[str]:
         if s.parallel:
+            if isinstance(s.extent, Constant) and s.extent.value <= 1:
+                return []  # one iteration: starting a thread team costs more than the loop
             return ["#pragma omp parallel for schedule(static)"]
         if s.unroll is True:
             # A full-unroll hint is advice: past a few dozen copies it only costs compile
@@ -207,8 +214,7 @@ def generate(module: IRModule, target: Any = None) -> str:
 
 def signatures(module: IRModule) -> dict[str, FunctionSignature]:
     """Signatures of the module's exported (public and cpu_kernel) functions, by name."""
-    return {fn.name: FunctionSignature(fn.name, [ParamSpec(p.hint, *param_fields(p, f"function {fn.name!r}"))
-                                              for p in fn.params])
+    return {fn.name: function_signature(fn, f"function {fn.name!r}")
             for fn in module.functions.values() if fn.kind in ENTRY_KINDS}
 
 

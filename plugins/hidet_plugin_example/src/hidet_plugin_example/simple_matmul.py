@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hidet_framework.ir.mapping import repeat, spatial
+from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
@@ -33,15 +33,20 @@ def build_simple_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any]
     workers = max(1, int(target.get("cores", 1)))
     rows_per_task = int(params["rows"])
     tasks = -(-(batch * m) // rows_per_task)
-    # Worker w takes tasks w, w + workers, ... (rows_per_task rows each).
-    rows_of = repeat(-(-tasks // workers)) * spatial(workers)
+    # Worker w takes tasks w, w + workers, ... (rows_per_task rows each): the round
+    # number q is a loop (its extent grows with M; unrolled, the code would too), the
+    # worker's place in a round comes from the spatial mapping.
+    rounds = -(-tasks // workers)
+    rows_of = spatial(workers)
 
     @script
     def matmul_simple_rows(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):
         attrs.func_kind = "cpu_kernel"
         for w in parallel(workers):
             acc = local_tensor(f32, [max(n, 1)])
-            for t in rows_of.on(w):
+            for q in range(rounds):
+              for s in rows_of.on(w):
+                t = q * workers + s
                 for r in range(rows_per_task):
                     flat = t * rows_per_task + r
                     if flat < batch * m:

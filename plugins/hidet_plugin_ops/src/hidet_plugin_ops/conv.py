@@ -16,7 +16,8 @@ from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Expr, const
 
-from .common import OperatorAttributeError, as_dtype, describe, load, make_operator, require_tensor, unravel
+from .common import (OperatorAttributeError, as_dtype, describe, int_tuple, load, make_operator, require_tensor,
+                     unravel)
 from .pooling import Window2d, read_padded, window_2d, window_origin
 
 
@@ -40,17 +41,69 @@ def _tap(win: Window2d, h0: Expr, w0: Expr, kh: Expr, kw: Expr) -> tuple[Expr, E
     return h, w
 
 
+AUTO_PADS = ("valid", "same_upper", "same_lower")
+
+
+def auto_pads(op: str, mode: str, size: tuple, kernel: tuple, stride: Any, dilation: Any) -> tuple:
+    """ONNX ``auto_pad`` as explicit (top, left, bottom, right) pads.
+
+    ``valid``: no padding. ``same_upper`` / ``same_lower``: output extent
+    ``ceil(in / stride)``, total pad ``max(0, (out-1)*stride + (k-1)*dilation + 1 - in)``
+    split evenly, the odd one at the end (upper) or at the beginning (lower).
+    """
+    key = mode.lower()
+    if key not in AUTO_PADS:
+        raise OperatorAttributeError(f"{op}: padding {mode!r} is not one of {', '.join(AUTO_PADS)} "
+                                     f"(or an int, (ph, pw), (top, left, bottom, right))")
+    if key == "valid":
+        return (0, 0, 0, 0)
+    stride, dilation = int_tuple(op, stride, 2, "stride"), int_tuple(op, dilation, 2, "dilation")
+    if min(stride) < 1 or min(dilation) < 1:
+        raise OperatorAttributeError(f"{op}: stride {stride} and dilation {dilation} must be positive")
+    begin, end = [], []
+    for d in range(2):
+        out = -(-size[d] // stride[d])
+        total = max(0, (out - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - size[d])
+        small, large = total // 2, total - total // 2
+        begin.append(small if key == "same_upper" else large)
+        end.append(large if key == "same_upper" else small)
+    return (begin[0], begin[1], end[0], end[1])
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1) -> Tensor:
-    """2-D convolution (cross-correlation, as in PyTorch/ONNX).
+    """2-D convolution (cross-correlation), with the semantics of ONNX ``Conv`` for 2-D
+    inputs (and PyTorch's ``conv2d``).
 
-    :param x: [N, C, H, W]. :param weight: [O, C/groups, KH, KW]. :param bias: [O] or None.
-    :param padding: int, (ph, pw) or (top, left, bottom, right).
+    ``y[n, o, i, j] = bias[o] + sum over c < C/groups, r < KH, q < KW of
+    x[n, (o // (O/groups)) * (C/groups) + c, i*sh - top + r*dh, j*sw - left + q*dw] * weight[o, c, r, q]``
+    with ``x`` read as zero outside the image; output extents
+    ``OH = (H + top + bottom - dh*(KH-1) - 1) // sh + 1`` (likewise OW).
+
+    :param x: [N, C, H, W].
+    :param weight: [O, C/groups, KH, KW] (ONNX's ``kernel_shape`` is KH, KW), same dtype as x.
+    :param bias: [O] or None, same dtype as x.
+    :param stride: int or (sh, sw), positive (ONNX ``strides``).
+    :param padding: int, (ph, pw), or (top, left, bottom, right) non-negative (ONNX
+        ``pads`` is (top, left, bottom, right) for 2-D, so it passes as is); or an ONNX
+        ``auto_pad`` string: "valid", "same_upper", "same_lower" (any case).
+    :param dilation: int or (dh, dw), positive (ONNX ``dilations``).
+    :param groups: positive, divides C and O (ONNX ``group``); groups == C == O is a
+        depthwise convolution, C/groups = 1 and O = k*C a depthwise multiplier.
+    :returns: [N, O, OH, OW] in x's dtype; float16/bfloat16 accumulate in float32.
+    :raises ShapeError: ranks, channel counts, bias shape, a window larger than the
+        padded input. :raises TypeError: mixed dtypes.
+        :raises OperatorAttributeError: bad stride, padding, dilation or groups.
+
+    1-D ONNX convolutions map here with H = KH = 1; the attributes the graph keeps are
+    the resolved explicit ones (``padding`` always 4 ints).
     """
     x = require_tensor("conv2d", x)
     weight = require_tensor("conv2d", weight, "weight")
     if x.rank != 4 or weight.rank != 4:
         raise ShapeError(f"conv2d: expects an NCHW input and an OIHW weight, got {describe(x)} and {describe(weight)}")
+    if isinstance(padding, str):
+        padding = auto_pads("conv2d", padding, x.shape[2:], weight.shape[2:], stride, dilation)
     if x.dtype is not weight.dtype:
         raise TypeError(f"conv2d: input {describe(x)} and weight {describe(weight)} differ in dtype")
     n, c, height, width = x.shape

@@ -1,0 +1,185 @@
+"""The CPU template of ``matmul_prepacked`` (short M, B packed at compile time by
+`cpu_prepack.py`): GEMV for M of 1 to 4, and short GEMM up to 32 rows.
+
+    parallel over workers w:                    (task mapping spatial(workers))
+        for each of w's panels p (a loop: the count grows with N):
+            for each K block (kc deep: the panel's kc x nr block stays in L1):
+                for each block of mr rows:
+                    mr x nv SIMD accumulators (from the partial sums after the
+                    first K block), kcur FMA steps: nv panel vectors (contiguous,
+                    streamed from memory once) times one broadcast A value per row
+                    last K block: C through element stores (fusion grafts there)
+
+A is read in place (its rows are few and stay in cache); rows past M read row M-1
+again (clamped) and are never stored, so no padding copy is needed. B panels are
+contiguous ``[K, nr]`` blocks: the kernel reads the weights exactly once per call.
+
+Space (from the machine only): ``mr`` (rows per register tile, from the register
+count: ``mr * nv`` accumulators plus nv panel vectors and a broadcast fit the file),
+``kc`` (from L1), ``ku`` (unroll hint). The build clamps mr to M.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import float32, vector_type
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.ir.types import PointerType
+from hidet_framework.lang import (
+    address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
+    static_range, unroll,
+)
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.tuner.template import Template
+
+from hidet_plugin_matmul.cpu_prepack import PREPACKED_OPERATOR
+from hidet_plugin_matmul.cpu_space import FLOAT_BYTES, target_facts
+
+__all__ = ["CpuPrepackedMatmul", "gemv_space", "build_cpu_gemv"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def gemv_space(target: Any, level: int, nr: int) -> list[dict]:
+    """Candidates for panels `nr` wide, the default first."""
+    facts = target_facts(target)
+    lanes = facts["lanes"]
+    nv = max(1, nr // lanes)
+    mr_max = max(1, (facts["registers"] - nv - 2) // nv)
+    kc = max(16, int(facts["l1"] * 0.5 / (nr * FLOAT_BYTES)) // 16 * 16)
+    rows = [mr_max] + [r for r in (4, 2, 1, 8, 6, 3) if r < mr_max]
+    out = [{"mr": rows[0], "kc": kc, "ku": 4, "workers": facts["cores"]}]
+    if level == 0:
+        return out
+    for mr in rows:
+        for kc_scale in (1, 2, 4):
+            for ku in (4, 1):
+                c = {"mr": mr, "kc": kc * kc_scale, "ku": ku, "workers": facts["cores"]}
+                if c not in out:
+                    out.append(c)
+    # one worker: a small product is over before a second thread has started
+    out.append(dict(out[0], workers=1))
+    return out[:30 if level == 1 else 200]
+
+
+def _micro_kernel(name: str, vec: Any, lanes: int, m: int, k: int, mr: int, nr: int, ku: int, k_blocks: int,
+                  panels: int, part_len: int):
+    vec_ptr = PointerType(vec)
+    nv = nr // lanes
+
+    @script
+    def gemv_micro_kernel(a: f32[m, k], bp: f32[panels, k, nr], part: f32[part_len], tile: f32[mr * nr],
+                          p: i32, row0: i32, pc: i32, kcur: i32, kb: i32):
+        attrs.func_kind = "device"
+        attrs.func_name = name + "_micro_kernel"
+        acc = register_tensor(vec, [mr, nv])
+        bv = register_tensor(vec, [nv])
+        if k_blocks > 1:
+            if kb == 0:
+                for i in static_range(mr):
+                    for v in static_range(nv):
+                        acc[i, v] = cast(0.0, vec)
+            else:
+                for i in static_range(mr):
+                    for v in static_range(nv):
+                        acc[i, v] = deref(cast(address_of(part[(row0 + i) * nr + v * lanes]), vec_ptr))
+        else:
+            for i in static_range(mr):
+                for v in static_range(nv):
+                    acc[i, v] = cast(0.0, vec)
+        for kk in unroll(kcur, ku):
+            for v in static_range(nv):
+                bv[v] = deref(cast(address_of(bp[p, pc + kk, v * lanes]), vec_ptr))
+            for i in static_range(mr):
+                av = a[min(row0 + i, m - 1), pc + kk]   # rows past M: a real row, never stored
+                for v in static_range(nv):
+                    acc[i, v] += cast(av, vec) * bv[v]
+        if kb == k_blocks - 1:
+            for i in static_range(mr):
+                for v in static_range(nv):
+                    tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
+                    tp[0] = acc[i, v]
+        else:
+            for i in static_range(mr):
+                for v in static_range(nv):
+                    pp = cast(address_of(part[(row0 + i) * nr + v * lanes]), vec_ptr)
+                    pp[0] = acc[i, v]
+
+    return gemv_micro_kernel
+
+
+def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
+                   name: str = "matmul_cpu_gemv") -> ScheduledTask:
+    m, n, k, nr = (int(attributes[x]) for x in ("m", "n", "k", "nr"))
+    facts = target_facts(target)
+    lanes = facts["lanes"] if nr % facts["lanes"] == 0 else 1
+    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    mr = max(1, min(int(params["mr"]), m))
+    kc = max(1, min(int(params["kc"]), k))
+    ku = int(params.get("ku", 4))
+    workers = max(1, int(params.get("workers", facts["cores"])))
+    panels = _ceil_div(n, nr)
+    workers = min(workers, panels)
+    per_worker = _ceil_div(panels, workers)
+    k_blocks = _ceil_div(k, kc)
+    row_blocks = _ceil_div(m, mr)
+    part_len = row_blocks * mr * nr if k_blocks > 1 else 1
+    micro_kernel = _micro_kernel(name, vec, lanes, m, k, mr, nr, ku, k_blocks, panels, part_len)
+    owner = spatial(workers)
+
+    @script
+    def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: f32[m, n]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            tile = local_tensor(f32, [mr * nr])
+            part = local_tensor(f32, [part_len])
+            for jw in owner.on(w):
+                for q in range(per_worker):
+                    p = jw * per_worker + q
+                    if p < panels:
+                        col0 = p * nr
+                        for kb in range(k_blocks):
+                            pc = kb * kc
+                            kcur = min(kc, k - pc)
+                            for rb in range(row_blocks):
+                                row0 = rb * mr
+                                micro_kernel(a, bp, part, tile, p, row0, pc, kcur, kb)
+                                if kb == k_blocks - 1:
+                                    if row0 + mr <= m and col0 + nr <= n:
+                                        for i in range(mr):
+                                            for j in range(nr):
+                                                c[row0 + i, col0 + j] = tile[i * nr + j]
+                                    else:
+                                        for i in range(mr):
+                                            for j in range(nr):
+                                                if row0 + i < m and col0 + j < n:
+                                                    c[row0 + i, col0 + j] = tile[i * nr + j]
+
+    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
+    return ScheduledTask(script_module(matmul_cpu_gemv, name=name), (launch,), source="matmul.cpu_gemv",
+                         params=dict(params))
+
+
+class CpuPrepackedMatmul(Template):
+    """``matmul_prepacked`` on the CPU: short-M register tiles over B panels packed at
+    compile time."""
+
+    name = "matmul.cpu_gemv"
+    operator = PREPACKED_OPERATOR
+    target = "cpu"
+    version = "1"
+    priority = 10
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        from hidet_plugin_matmul.cpu_prepack import panel_width
+
+        return gemv_space(target, level, panel_width(target))
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        return build_cpu_gemv(attributes, params, target)

@@ -1,0 +1,144 @@
+"""Short-M matmul with a constant B: pack the weights once, at compile time.
+
+With M of 1 to 32 rows (a decoder's token, a small batch), packing B inside the kernel
+costs as much as the multiplication: every call would read the K x N weights, write a
+packed copy and read it again. Weights are constants, so the graph rewrite rule
+`prepack_constant_b` (CPU only: the layout follows the CPU's SIMD width) replaces
+
+    matmul(a, B)            a: [rows, K] (rows <= MAX_ROWS), B [K, N] computed from constants
+                            only, K * N >= MIN_WEIGHT_ELEMENTS
+by
+    matmul_prepacked(a, matmul_pack_b(B))
+
+``matmul_pack_b`` is an injective operator over constants, so constant folding
+evaluates it once while compiling: the graph keeps B as ``[ceil(N / nr), K, nr]``
+panels (zero past N) and the kernel (`cpu_gemv.py`) streams each panel contiguously.
+``nr`` comes from the machine's vector width and register count (`panel_width`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+
+from hidet_framework.compute import Task, compute, reduce, tensor_input
+from hidet_framework.graph import Operator, Tensor
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.expr import const, if_then_else
+
+from hidet_plugin_matmul.cpu_space import target_facts
+
+__all__ = ["MAX_ROWS", "PACK_OPERATOR", "PREPACKED_OPERATOR", "panel_width", "pack_b", "matmul_prepacked",
+           "prepack_constant_b", "PREPACK_RULE"]
+
+PACK_OPERATOR = "matmul_pack_b"
+PREPACKED_OPERATOR = "matmul_prepacked"
+MAX_ROWS = 32      # where packing B per call costs as much as the product itself
+# Below this many weight elements (128 KiB of float32) packing per call costs a few
+# microseconds and stays in cache; the general template's own packing is then fine.
+MIN_WEIGHT_ELEMENTS = 1 << 15
+_MAX_DEPTH = 64    # how far up the producers "computed from constants only" looks
+
+
+def panel_width(target: Any) -> int:
+    """Columns of one packed panel: registers // 8 SIMD vectors (4 with AVX-512's 32
+    registers, 2 with AVX2's 16), so a few rows of accumulators and the panel's
+    vectors fit the register file together."""
+    facts = target_facts(target)
+    return max(1, facts["registers"] // 8) * facts["lanes"]
+
+
+def pack_b(b: Tensor, nr: int) -> Tensor:
+    """``[K, N]`` → ``[ceil(N/nr), K, nr]``: panel p holds columns p*nr .. p*nr+nr-1."""
+    k, n = b.shape
+    panels = -(-n // nr)
+    bn = tensor_input("b", b.dtype, b.shape)
+
+    def element(p, kk, lane):
+        col = p * nr + lane
+        return if_then_else(col < n, bn[kk, col], const(0.0, b.dtype))
+
+    packed = compute("bp", [panels, k, nr], element, dtype=b.dtype)
+    attributes = {"nr": nr, "k": k, "n": n}
+    return Operator(PACK_OPERATOR, [b], Task(PACK_OPERATOR, [bn], [packed], attributes), attributes).outputs[0]
+
+
+def matmul_prepacked(a: Tensor, packed: Tensor, n: int) -> Tensor:
+    """``a @ B`` for ``a: [M, K]`` and B given as its packed panels (`pack_b`)."""
+    m, k = a.shape
+    panels, k2, nr = packed.shape
+    if k2 != k or panels != -(-n // nr):
+        raise ValueError(f"matmul_prepacked: panels {list(packed.shape)} do not hold a [{k}, {n}] matrix")
+    an = tensor_input("a", a.dtype, a.shape)
+    bn = tensor_input("bp", packed.dtype, packed.shape)
+    c = compute("c", [m, n], lambda i, j: reduce([k], lambda r: an[i, r] * bn[j // nr, r, j % nr], "sum",
+                                                 dtypes.float32), dtype=a.dtype)
+    attributes = {"m": m, "n": n, "k": k, "nr": nr}
+    task = Task(PREPACKED_OPERATOR, [an, bn], [c], attributes)
+    return Operator(PREPACKED_OPERATOR, [a, packed], task, attributes).outputs[0]
+
+
+def _from_constants(t: Tensor, depth: int = 0) -> bool:
+    """Whether `t` is computed from constants only (folding will make it one)."""
+    if t.is_constant():
+        return True
+    if t.producer is None or depth > _MAX_DEPTH:
+        return False
+    return all(_from_constants(x, depth + 1) for x in t.producer.inputs)
+
+
+def _cpu_target() -> Any:
+    from hidet_framework.extension import plugin_host
+
+    return plugin_host().backend_for("cpu").detect_target()
+
+
+def _registry_op(name: str) -> Callable | None:
+    from hidet_framework.extension import plugin_host
+
+    operators = plugin_host().operators
+    return operators[name] if name in operators else None
+
+
+def prepack_constant_b(op: Operator) -> list[Tensor] | None:
+    """The rewrite (see the module docstring); None where it does not apply: not a
+    float32 matmul, B batched, small or not from constants, more than MAX_ROWS rows."""
+    if op.name != "matmul":
+        return None
+    at = op.attributes
+    a, b = op.inputs
+    if a.dtype is not dtypes.float32 or b.dtype is not dtypes.float32 or at.get("b_batched"):
+        return None
+    rows = int(at["m"]) * (int(at["batch"]) if at.get("a_batched") else 1)
+    if rows > MAX_ROWS or rows < 1 or int(at["k"]) * int(at["n"]) < MIN_WEIGHT_ELEMENTS \
+            or not _from_constants(b):
+        return None
+    reshape = _registry_op("reshape")
+    m, n, k = int(at["m"]), int(at["n"]), int(at["k"])
+    if a.rank != 2 or b.rank != 2:
+        if reshape is None:
+            return None
+        a = reshape(a, (rows, k)) if a.rank != 2 else a
+        b = reshape(b, (k, n)) if b.rank != 2 else b
+    out = matmul_prepacked(a, pack_b(b, panel_width(_cpu_target())), n)
+    expected = op.outputs[0]
+    if tuple(out.shape) != tuple(expected.shape):
+        if reshape is None:
+            return None
+        out = reshape(out, tuple(expected.shape))
+    return [out]
+
+
+@attrs.frozen
+class PrepackRule:
+    """A graph rewrite rule in the core engine's protocol (rewrite_patterns.py)."""
+
+    name: str = "prepack_constant_b"
+    op_names: tuple = ("matmul",)
+    rewrite: Callable = prepack_constant_b
+    point: str = "graph_rewrite"
+    targets: tuple = ("cpu",)
+    description: str = f"matmul with <= {MAX_ROWS} rows and constant B: B packed once at compile time (CPU)"
+
+
+PREPACK_RULE = PrepackRule()
