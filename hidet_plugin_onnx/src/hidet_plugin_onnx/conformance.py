@@ -41,7 +41,14 @@ def _snake(op_type: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op_type).lower()
 
 
-_PREFIXES = sorted(((_snake(op), op) for op in CONVERTERS), key=lambda p: -len(p[0]))
+# ONNX names its tests by the op in snake case (gather_elements), in lower case
+# (argmax, constantofshape) or by a short form
+_ALIASES = {"BatchNormalization": ["batchnorm"], "InstanceNormalization": ["instancenorm"],
+            "LayerNormalization": ["layernorm"], "GroupNormalization": ["group_normalization", "groupnorm"],
+            "GreaterOrEqual": ["greater_equal"], "LessOrEqual": ["less_equal"], "Trilu": ["tril", "triu"],
+            "Pad": ["constant_pad", "edge_pad", "reflect_pad", "wrap_pad"]}
+_PREFIXES = sorted({(form, op) for op in CONVERTERS
+                    for form in [_snake(op), op.lower(), *_ALIASES.get(op, [])]}, key=lambda p: -len(p[0]))
 
 
 def op_types(case: Any) -> set[str]:
