@@ -145,3 +145,18 @@ def test_conv2d_refusals():
         ops.conv2d(x, symbol((3, 6, 5, 5)), dilation=2)
     with pytest.raises(ShapeError, match="expects 2 input channels"):
         ops.conv2d(x, symbol((4, 1, 3, 3)), groups=2)
+
+
+def test_im2col_channels_first_layout(runner, rand):
+    """[N, C*KH*KW, OH*OW]: the transpose per image of the rows-first windows."""
+    x = symbol((2, 3, 7, 5))
+    a = rand(x.shape)
+    first = ops.im2col(x, (2, 3), stride=(2, 1), padding=(1, 0, 0, 1), dilation=1, channels_first=True)
+    rows = ops.im2col(x, (2, 3), stride=(2, 1), padding=(1, 0, 0, 1), dilation=1)
+    got_first, got_rows = runner.run([first, rows], {x: a})
+    oh_ow = got_first.shape[2]
+    expected = got_rows.reshape(2, oh_ow, -1).transpose(0, 2, 1)
+    runner.assert_close(got_first, expected, "float32", tol=0)
+    assert first.producer.task.is_injective()
+    with pytest.raises(OperatorAttributeError, match="channels_first needs groups=1"):
+        ops.im2col(symbol((1, 4, 5, 5)), 3, groups=2, channels_first=True)
