@@ -160,3 +160,27 @@ def test_im2col_channels_first_layout(runner, rand):
     assert first.producer.task.is_injective()
     with pytest.raises(OperatorAttributeError, match="channels_first needs groups=1"):
         ops.im2col(symbol((1, 4, 5, 5)), 3, groups=2, channels_first=True)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1][1] == 1 and c[5] > 1]
+                         + [((2, 5, 3, 4), (5, 1, 3, 5), (1, 1), (1, 2, 1, 2), (1, 1), 5, True),   # kernel wider than the image
+                            ((1, 3, 17, 19), (3, 1, 3, 3), (2, 3), (0, 0, 0, 0), (2, 2), 3, False)], ids=str)
+def test_depthwise_has_its_own_cpu_schedule(case, rand):
+    """Depthwise conv2d: the matmul rewrite declines it and the CPU template runs it
+    (left border, interior, right border columns), fused with a relu, against float64."""
+    import hidet_framework as hf
+    from hidet_plugin_ops.rewrites import conv2d_to_matmul
+
+    xs, ws, strides, pads, dilations, group, has_bias = case
+    x = symbol(xs)
+    wa = rand(ws, "float32", -1, 1)
+    ba = rand((ws[0],), "float32") if has_bias else None
+    y = ops.conv2d(x, hf.constant(wa), hf.constant(ba) if has_bias else None, stride=strides, padding=pads,
+                   dilation=dilations, groups=group)
+    assert conv2d_to_matmul(y.producer) is None
+    fn = hf.compile(hf.trace(ops.relu(y), inputs=[x]), target="cpu", space=0)
+    (row,) = fn.fusion_report()
+    assert row.scheduled_by == "ops.conv2d_depthwise_cpu" and row.status == "fused"
+    a = rand(xs, "float32", -1, 1)
+    want = np.maximum(onnx_conv_reference(a, wa, ba, strides, pads, dilations, group), 0)
+    np.testing.assert_allclose(fn(a), want, rtol=1e-5, atol=1e-5)

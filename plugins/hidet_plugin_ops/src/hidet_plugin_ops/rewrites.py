@@ -22,6 +22,7 @@ import attrs
 from hidet_framework.graph import Operator, ShapeError, Tensor
 
 from . import binary, conv, shape_layout, unary
+from .cpu_depthwise_conv import is_depthwise
 
 
 @attrs.frozen
@@ -52,7 +53,8 @@ def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
     the few output channels, between threads. Grouped: im2col ``[G, N*OH*OW, K]``
     times the weight as ``[G, K, O/G]``, then back to NCHW (reshape + transpose).
 
-    None when `op` is not a conv2d, when no ``matmul`` operator is registered, or
+    None when `op` is not a conv2d, when it is depthwise (one input channel per group:
+    cpu_depthwise_conv.py schedules it), when no ``matmul`` operator is registered, or
     when the registered matmul does not accept these operands (the direct conv2d
     stays: a rewrite may only fall back, never fail the graph).
     """
@@ -62,6 +64,8 @@ def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
     if matmul is None:
         return None
     x, weight = op.inputs[0], op.inputs[1]
+    if is_depthwise(tuple(x.shape), tuple(weight.shape), op.attributes["groups"]):
+        return None  # KH*KW taps per output: a batch of one-column GEMMs; it has its own schedule
     bias = op.inputs[2] if len(op.inputs) > 2 else None
     a = op.attributes
     groups = a["groups"]
