@@ -205,6 +205,37 @@ def run_case(name, rounds, rng):
     return {"name": name, "medians": medians, "errors": errors, "compile_s": compile_s}
 
 
+def call_overhead(calls: int = 2000) -> str:
+    """What a compiled graph's call adds to its kernels: a 1-element relu graph, median
+    over `calls` calls of ``fn(x)`` minus the median of its bound launches called
+    directly (the kernels alone), beside numpy's ``np.maximum`` on the same array."""
+    import hidet_framework as hf
+    x = hf.symbol((1,), "float32")
+    fn = hf.compile(hf.trace(hf.ops.relu(x), inputs=[x]), target="cpu", space=0)
+    a = np.array([-1.5], np.float32)
+    launches = fn._launches  # the bound kernels (private: this bench measures around them)
+
+    def kernels():
+        for f, args in launches:
+            f(*args)
+
+    def median_us(op):
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            op()
+            times.append(time.perf_counter_ns() - t0)
+        return statistics.median(times) / 1e3
+
+    rows = {}
+    for _ in range(3):  # interleaved
+        for key, op in (("call", lambda: fn(a)), ("kernels", kernels), ("numpy", lambda: np.maximum(a, 0))):
+            rows.setdefault(key, []).append(median_us(op))
+    call, kern, ref = (statistics.median(rows[k]) for k in ("call", "kernels", "numpy"))
+    return (f"call overhead (1-element relu graph, median of {calls} calls x 3): fn(x) {call:.2f} us, "
+            f"kernels alone {kern:.2f} us, added {call - kern:.2f} us (target <= 5 us); np.maximum {ref:.2f} us")
+
+
 def fmt_ms(v):
     return "—" if v is None else f"{v * 1e3:.3f}"
 
@@ -233,6 +264,8 @@ def main():
         print(f"| {name} | {fmt_ms(ours)} | {fmt_ms(med.get('numpy'))} | {fmt_ms(med.get('onnxruntime'))} | "
               f"{ratio('numpy')} | {ratio('onnxruntime')} | {'—' if e is None else f'{e:.1e}'} | "
               f"{row['compile_s']:.1f} |", flush=True)
+    if not args.only or "overhead" in args.only:
+        print("\n" + call_overhead())
     print("\n" + machine_line())
 
 
