@@ -141,7 +141,7 @@ def variant_kernel(variant: Variant, target=None):
     takes float4s t, t + block, ... (coalesced across the warp), the repeat index is a
     compile-time register index. All loads of a tile are issued before its first store.
     Elements past the last full tile take a guarded scalar path, so any n works."""
-    from hidet_framework.ir.mapping import repeat, spatial
+    from hidet_framework.mapping.task_mapping import repeat, spatial
 
     vp = _vec_ptr()
     f32x4 = vector_type("float32", 4)
@@ -218,8 +218,8 @@ def variant_kernel(variant: Variant, target=None):
 
 
 def lower(module):
-    from hidet_framework.transforms.lower_task_mapping import LowerTaskMappingPass
-    from hidet_framework.transforms.pipeline import lower as pipeline_lower
+    from hidet_framework.mapping.lower_task_mapping import LowerTaskMappingPass
+    from hidet_framework.lowering.pipeline import lower as pipeline_lower
 
     return pipeline_lower(LowerTaskMappingPass().run(module, None), "cuda")
 

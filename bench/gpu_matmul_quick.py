@@ -59,7 +59,7 @@ def _median_seconds(device, fn, repeat):
 
 
 def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
-    from hidet_plugin_matmul.cuda_run import compile_scheduled, compile_sources, run_scheduled
+    from hidet_framework.runtime.compiled_task import build_in_parallel, compile_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
     from hidet_plugin_matmul.operators import matmul_task
@@ -72,7 +72,7 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
         space = [p for p in PICKS[(dtype, m, n, k)] if p in full]
         assert space, "no pick is in the space"
     started = time.perf_counter()
-    built = compile_sources([(template, task, attrs, p, target) for p in space], arch=target.arch)
+    built = build_in_parallel([lambda p=p: template.build(task, attrs, p, target) for p in space], backend, target)
     compile_s = time.perf_counter() - started
     tdt = getattr(torch, dtype)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -89,10 +89,10 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
         params = space[index]
         try:
             st = template.build(task, attrs, params, target)
-            loaded = compile_scheduled(st, backend, target)
-            ws = run_scheduled(loaded, st, [a, b], [c], backend.device)
-            times[index] = _median_seconds(backend.device, lambda: run_scheduled(loaded, st, [a, b], [c],
-                                                                                 backend.device, ws), repeat)
+            compiled = compile_scheduled(task, st, backend, target)
+            ws = compiled.allocate_workspace()
+            compiled.run([a, b], [c], ws)
+            times[index] = _median_seconds(backend.device, lambda: compiled.run([a, b], [c], ws), repeat)
         except Exception as exc:
             log.write(f"  candidate {params} failed to run: {type(exc).__name__}: {exc}\n")
     tune_s = time.perf_counter() - started
@@ -101,9 +101,9 @@ def run_case(dtype, m, n, k, level, backend, target, torch, log, picks=False):
             print(f"  {dtype} {m}x{n}x{k} {flops / times[index] / 1e12:7.1f} TFLOP/s  {space[index]}", flush=True)
     best = min(times, key=times.get)
     st = template.build(task, attrs, space[best], target)
-    loaded = compile_scheduled(st, backend, target)
+    compiled = compile_scheduled(task, st, backend, target)
     c.fill_(float("nan"))
-    run_scheduled(loaded, st, [a, b], [c], backend.device)
+    compiled.run([a, b], [c])
     ref = a.double() @ b.double()
     err = float((c.double() - ref).norm() / ref.norm())
     torch.backends.cuda.matmul.allow_tf32 = False

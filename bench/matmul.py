@@ -22,7 +22,7 @@ them (the benchmark process only) and reports which OpenBLAS kernel numpy then u
 
 Until the driver runs the tuner for templates, the CPU path tunes with
 ``hidet_framework.tuner.tune`` over the registered CPU templates and runs the winner
-through ``hidet_plugin_matmul.cpu_harness``; ``--via-driver`` uses
+through ``hidet_framework.runtime.compiled_task``; ``--via-driver`` uses
 ``hidet_framework.driver.compile_task`` instead (CPU and CUDA).
 """
 from __future__ import annotations
@@ -90,9 +90,8 @@ def blas_info(threads: int) -> dict:
 def tune_cpu(task, attributes, level: int, cache_dir: str):
     """The tuner over the registered CPU matmul templates; returns (compiled, result)."""
     from hidet_framework.extension import plugin_host
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.runtime.compiled_task import build_scheduled, compile_scheduled, load_scheduled
     from hidet_framework.tuner import TuningCache, tune
-    from hidet_plugin_matmul.cpu_harness import compile_candidate
 
     host = plugin_host()
     backend = host.backend_for("cpu")
@@ -104,19 +103,15 @@ def tune_cpu(task, attributes, level: int, cache_dir: str):
     c = np.empty(_output_shape(attributes), np.float32)
 
     def prepare(scheduled):  # in the tuner's workers: lower and build; `measure` loads the result
-        lowered = lower(scheduled.module, "cpu")
-        return lowered, backend.build(backend.codegen(lowered, target), target, name=lowered.name)
+        return build_scheduled(scheduled, backend, target)
 
     def measure(scheduled, runs, prepared):
-        from hidet_plugin_matmul.cpu_harness import CompiledCandidate
-
-        lowered, artifact = prepared
-        loaded = backend.load(artifact, lowered)
-        return CompiledCandidate(scheduled, loaded, backend.device).time([a, b], [c], repeat=runs, warmup=1)
+        return load_scheduled(task, scheduled, backend, target, prepared).time([a, b], [c], repeat=runs, warmup=1)
 
     result = tune(task, attributes, "matmul", target, templates, level, prepare, measure,
                   cache=TuningCache(cache_dir))
-    compiled = compile_candidate(result.template, task, attributes, result.params, target, backend)
+    scheduled = result.template.build(task, attributes, result.params, target)
+    compiled = compile_scheduled(task, scheduled, backend, target)
     return compiled, result
 
 
@@ -148,7 +143,8 @@ def bench_cpu(shape_text: str, args, cache_dir: str) -> dict:
         params = getattr(fn.scheduled, "params", None)
     else:
         compiled, result = tune_cpu(task, attributes, args.space, cache_dir)
-        run = lambda a, b, c: compiled.run([a, b], [c])  # noqa: E731
+        workspace = compiled.allocate_workspace()  # once, as the tuner's timing does
+        run = lambda a, b, c: compiled.run([a, b], [c], workspace)  # noqa: E731
         candidates, params = result.candidates, {"template": result.template.name, **dict(result.params)}
     tuning = time.perf_counter() - started
     rng = np.random.default_rng()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from hidet_framework.extension import plugin_host
-from hidet_framework.ir.mapping import auto_map
+from hidet_framework.mapping.task_mapping import auto_map
 from hidet_framework.lang import attrs, f32, parallel, script, script_module
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 
 M, N = 37, 53                      # primes: the edges are predicated
 TILE = auto_map(8, 8, workers=16)  # = repeat(4, 1).spatial(2, 8): 16 workers, 4 tasks each

@@ -12,9 +12,9 @@ from __future__ import annotations  # lets `f32[n]` name the parameter `n`
 import numpy as np
 
 from hidet_framework.extension import plugin_host
-from hidet_framework.ir.evaluator import evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_function
 from hidet_framework.lang import attrs, f32, i32, parallel, script, script_module
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 
 NUM_THREADS = 4  # a host value: the kernel is specialised for it while tracing
 

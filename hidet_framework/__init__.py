@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hidet_framework import _moved_modules
+
 __version__ = "0.1.0"
+_moved_modules.install()  # old import paths of moved modules keep working
 
 # public name -> "module" (the attribute of the same name) or "module:attribute".
 _LAZY_EXPORTS: dict[str, str] = {
@@ -20,6 +23,8 @@ _LAZY_EXPORTS: dict[str, str] = {
     "trace": "hidet_framework.graph",
     "compile": "hidet_framework.driver",
     "ops": "hidet_framework.driver",  # the hidet_framework.ops module, which the driver imports
+    "load": "hidet_framework.frontend",
+    "load_compiled": "hidet_framework.runtime.saved_graph",
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]

@@ -22,7 +22,7 @@ STEPS = {
         "import numpy as np, hidet_framework as hf\n"
         "x = hf.symbol((1000,)); fn = hf.compile(hf.trace(hf.ops.relu(x), inputs=[x]), target='cpu')\n"
         "print(float(fn(np.ones(1000, 'float32')).sum()))"),
-    "dsl + lowering": "import hidet_framework.lang, hidet_framework.transforms.pipeline",
+    "dsl + lowering": "import hidet_framework.lang, hidet_framework.lowering.pipeline",
 }
 
 for name, code in STEPS.items():

@@ -27,7 +27,7 @@ def main() -> None:
     import torch
 
     from hidet_plugin_cuda import CudaBackend
-    from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
+    from hidet_framework.runtime.compiled_task import compile_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
@@ -41,16 +41,16 @@ def main() -> None:
     task, attributes = matmul_task((m, k), (k, n), args.dtype)
     params = dict(template.space(target, 0)[0], **json.loads(args.params))
     scheduled = template.build(task, attributes, params, target)
-    loaded = compile_scheduled(scheduled, backend, target)
+    compiled = compile_scheduled(task, scheduled, backend, target)
     tdt = getattr(torch, args.dtype)
     a = torch.randn((m, k), device="cuda").to(tdt)
     b = torch.randn((k, n), device="cuda").to(tdt)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
-    workspace = run_scheduled(loaded, scheduled, [a, b], [c], backend.device)
+    workspace = compiled.allocate_workspace()
+    compiled.run([a, b], [c], workspace)
     ref = torch.matmul(a.float(), b.float())
     error = float((c.float() - ref).norm() / ref.norm())
-    times = backend.device.time(lambda: run_scheduled(loaded, scheduled, [a, b], [c], backend.device, workspace),
-                                warmup=1, repeat=args.runs)
+    times = backend.device.time(lambda: compiled.run([a, b], [c], workspace), warmup=1, repeat=args.runs)
     ms = statistics.median(times) * 1e3
     print(f"{template.name} {args.dtype} {args.shape} {params}: {ms:.3f} ms, {2 * m * n * k / ms / 1e9:.1f} TFLOP/s, "
           f"rel err {error:.1e}")

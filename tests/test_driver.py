@@ -22,9 +22,14 @@ def scale_task(shape=(3, 4), factor=2.0) -> Task:
     return Task("scale", [a], [compute("y", shape, lambda *i: a[i] * factor)], attributes={"factor": factor})
 
 
-def backend_plugin(name: str, usable: bool):
-    backend = types.SimpleNamespace(name=name, target_kinds=(name,), device=None,
-                                    availability=lambda: Availability(usable, "" if usable else f"no {name} here"))
+def backend_plugin(name: str, usable: bool, preference: int = 0):
+    def unusable(*args, **kwargs):
+        raise AssertionError(f"the fake {name} backend compiles nothing")
+
+    backend = types.SimpleNamespace(name=name, target_kinds=(name,), device=None, preference=preference,
+                                    availability=lambda: Availability(usable, "" if usable else f"no {name} here"),
+                                    detect_target=unusable, codegen=unusable, build=unusable, load=unusable,
+                                    auto_schedule_kernel=unusable)
     module = types.ModuleType(f"fake_{name}")
     module.register_backends = hookimpl(lambda register: register(name, backend))
     return module
@@ -37,13 +42,25 @@ def test_exports():
         assert name in dir(hf)
 
 
-def test_auto_picks_cuda_only_when_usable(isolated_plugin_host):
-    assert driver.resolve_target("auto") == "cpu"  # no cuda backend at all
-    with isolated_plugin_host.temporary_plugin(backend_plugin("cuda", usable=False)):
-        assert driver.resolve_target("auto") == "cpu"
-    with isolated_plugin_host.temporary_plugin(backend_plugin("cuda", usable=True)):
-        assert driver.resolve_target("auto") == "cuda"
+def test_auto_picks_the_most_preferred_usable_backend(isolated_plugin_host):
+    host = isolated_plugin_host
+    with pytest.raises(MissingBackendError, match="no backend is installed"):
+        driver.resolve_target("auto")
+    with host.temporary_plugin(backend_plugin("cpu", usable=True, preference=0)):
+        assert driver.resolve_target("auto") == "cpu"  # no cuda backend at all
+        with host.temporary_plugin(backend_plugin("cuda", usable=False, preference=10)):
+            assert driver.resolve_target("auto") == "cpu"
+        with host.temporary_plugin(backend_plugin("cuda", usable=True, preference=10)):
+            assert driver.resolve_target("auto") == "cuda"
+        with host.temporary_plugin(backend_plugin("gpu2", usable=True, preference=20)):
+            assert driver.resolve_target("auto") == "gpu2"  # a third backend needs no core edit
+        with host.temporary_plugin(backend_plugin("slow", usable=True, preference=-5)):
+            assert driver.resolve_target("auto") == "cpu"
+    with host.temporary_plugin(backend_plugin("cuda", usable=False, preference=10)):
+        with pytest.raises(driver.TargetUnavailableError, match="no installed backend is usable here.*no cuda here"):
+            driver.resolve_target("auto")
     assert driver.resolve_target("cpu") == "cpu"
+    assert driver.resolve_target("evaluator") == "evaluator"
 
 
 def test_missing_and_unusable_backends_are_explained(isolated_plugin_host):
@@ -102,24 +119,29 @@ def test_compiled_task_runs_and_binds():
 def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_plugin_host, monkeypatch):
     from hidet_framework import tuner
 
+    from hidet_framework.schedule.auto_scheduler import SerialKernels
+
     task = scale_task()
-    target = types.SimpleNamespace(kind="cpu")
-    scheduled, tuning = driver._schedule(task, "scale", target, 0)
+    target = driver.CompileTarget("cpu", SerialKernels(), types.SimpleNamespace(kind="cpu"))
+    scheduled, tuning = driver.schedule(task, "scale", target, 0)
     assert scheduled.source == "auto" and tuning is None
     built = []
 
     class FakeTemplate:
-        operator, target, name = "scale", "cpu", "fake.scale"
+        operator, target, name, version, priority = "scale", "cpu", "fake.scale", "1", 0
 
         def __init__(self, applies):
             self._applies = applies
+
+        def space(self, target, level):
+            return [{"tile": 4}]
 
         def applies(self, task, attributes):
             return self._applies
 
         def build(self, task, attributes, params, target):
             built.append((attributes, params))
-            return driver.auto_schedule(task, target.kind)
+            return driver.auto_schedule(task, SerialKernels())
 
     calls = []
 
@@ -132,7 +154,7 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
         plugin = types.ModuleType(f"fake_templates_{applies}")
         plugin.register_templates = hookimpl(lambda register, a=applies: register("fake.scale", FakeTemplate(a)))
         with isolated_plugin_host.temporary_plugin(plugin):
-            scheduled, tuning = driver._schedule(task, "scale", target, 1, {"factor": 2.0})
+            scheduled, tuning = driver.schedule(task, "scale", target, 1, {"factor": 2.0})
             # the auto-scheduler answers where no template applies; the tuner's result comes along
             assert (tuning is None) is (not applies) and (tuning is None or tuning.params == {"tile": 4})
     # the template that does not apply is never tuned; the one that does is built with the winner's params
@@ -141,8 +163,8 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
 
 
 def test_progress_is_quiet_without_a_tty():
-    code = ("import hidet_framework.driver as d\n"
-            "with d._progress(100, 'x') as advance:\n"
+    code = ("from hidet_framework.driver import options as d\n"
+            "with d.progress(100, 'x') as advance:\n"
             "    [advance() for _ in range(100)]\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == ""
@@ -161,7 +183,7 @@ def _cpu_chain_problem() -> str | None:
 
 @pytest.fixture
 def cpu():
-    if not driver._cpu_can_compile():
+    if not driver.host_target() is not None:
         pytest.skip("the CPU backend (gcc) or the lowering pipeline is not usable here")
     problem = _cpu_chain_problem()
     if problem:  # a bug below the driver: shown as an expected failure with its cause, not hidden

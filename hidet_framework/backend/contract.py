@@ -115,10 +115,19 @@ class DeviceInterface(abc.ABC):
 
 
 class Backend(abc.ABC):
-    """A codegen backend. Subclasses set `name` and `target_kinds`."""
+    """A codegen backend. Subclasses set `name`, `target_kinds` and `preference`.
+
+    ``preference``: ``target="auto"`` compiles for the usable backend with the highest
+    preference (ties: the first registered), so a GPU backend sets a higher one than the
+    CPU backend.
+    ``host``: True when its device arrays are host (numpy) arrays and its code runs on
+    the host CPU; constant folding compiles for such a backend.
+    """
 
     name: str = ""
     target_kinds: tuple[str, ...] = ()
+    preference: int = 0
+    host: bool = False
 
     @abc.abstractmethod
     def availability(self) -> Availability:
@@ -146,6 +155,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def device(self) -> DeviceInterface:
         """The device interface of this backend."""
+
+    @abc.abstractmethod
+    def auto_schedule_kernel(self, stage: Any) -> Any:
+        """The kernel of one stage for the rule-based auto-scheduler: an IR ``Function``
+        computing every element of ``stage.output`` (a
+        ``hidet_framework.schedule.auto_scheduler.StageKernel``, whose methods give the
+        element's store, axis binding and index arithmetic). What differs by target —
+        which workers compute which elements, the function kind, launch dimensions —
+        is decided here."""
 
     def compile(self, module: Any, target: Target | None = None) -> LoadedModule:
         """codegen → build → load, the usual path."""

@@ -77,6 +77,13 @@ class ParamSpec:
     :param dtype: element dtype name, one of :data:`SUPPORTED_DTYPES`.
     :param shape: for tensors, the expected shape; an entry ``None`` accepts any extent,
         and ``shape=None`` accepts any rank. Ignored for scalars.
+    :param extents: for tensors whose extents are given by scalar parameters
+        (``n: i32, a: f32[n]``), per dimension an expression over parameter positions
+        (``"$0"``; see :mod:`~hidet_framework.backend.param_access`) that the extent must
+        equal at call time, or None. Needs `shape` (those entries are None there).
+    :param writes: for tensors, whether the function may store into it; a read-only
+        numpy array is refused for such a parameter. True unless known otherwise (code
+        generators compute it from the IR).
     """
 
     name: str
@@ -87,6 +94,9 @@ class ParamSpec:
         converter=lambda s: None if s is None else tuple(s),
         validator=_check_shape,
     )
+    extents: "tuple[str | None, ...] | None" = attrs.field(
+        default=None, converter=lambda s: None if s is None else tuple(s), kw_only=True)
+    writes: bool = attrs.field(default=True, kw_only=True)
 
     def describe(self) -> str:
         if self.kind == "scalar":
@@ -102,12 +112,27 @@ class FunctionSignature:
     name: str
     params: tuple[ParamSpec, ...] = attrs.field(converter=tuple)
 
+    def __attrs_post_init__(self) -> None:
+        from hidet_framework.backend.param_access import extent_params, parse_extent
+
+        for p in self.params:
+            if p.extents is None:
+                continue
+            if p.shape is None or len(p.extents) != len(p.shape):
+                raise ValueError(f"{self.name}: parameter {p.name!r} has extents {p.extents!r} "
+                                 f"that do not match its shape {p.shape!r}")
+            for e in p.extents:
+                if e is not None and any(self.params[k].kind != "scalar" for k in extent_params(parse_extent(e, len(self.params)))):
+                    raise ValueError(f"{self.name}: extent {e!r} of {p.name!r} names a parameter that is not a scalar")
+
     def to_json(self) -> dict:
         return {
             "name": self.name,
             "params": [
                 {"name": p.name, "kind": p.kind, "dtype": p.dtype,
-                 "shape": None if p.shape is None else list(p.shape)}
+                 "shape": None if p.shape is None else list(p.shape),
+                 **({} if p.extents is None else {"extents": list(p.extents)}),
+                 **({} if p.writes else {"writes": False})}
                 for p in self.params
             ],
         }
@@ -137,6 +162,26 @@ def param_fields(param: Any, where: str) -> tuple[str, str, "tuple[int | None, .
     if isinstance(t, DataType) and t.lanes == 1:
         return "scalar", t.name, None
     raise CodegenError(f"{where}: parameter {param.hint!r} of type {t} cannot be passed from Python")
+
+
+def function_signature(fn: Any, where: str) -> FunctionSignature:
+    """The signature of IR function `fn` as Python calls it: each parameter's kind, dtype
+    and static shape (:func:`param_fields`), plus the extents its scalar parameters give
+    to its arrays and whether it may write each array (:mod:`param_access`)."""
+    from hidet_framework.backend.param_access import symbolic_extent, written_params
+    from hidet_framework.ir.types import TensorType
+
+    written = written_params(fn)
+    params = []
+    for p in fn.params:
+        kind, dtype, shape = param_fields(p, where)
+        extents = None
+        if kind == "tensor" and isinstance(p.type, TensorType) and shape is not None and None in shape:
+            extents = tuple(None if isinstance(d, int) else symbolic_extent(d, fn.params) for d in p.type.shape)
+            extents = extents if any(e is not None for e in extents) else None
+        params.append(ParamSpec(p.hint, kind, dtype, shape, extents=extents,
+                                writes=kind == "tensor" and id(p) in written))
+    return FunctionSignature(fn.name, params)
 
 
 def _shape_text(shape: Sequence[Any]) -> str:
@@ -169,6 +214,9 @@ def check_arg(sig: FunctionSignature, index: int, value: Any) -> None:
                              f"for shape {value.shape}; pass np.ascontiguousarray(x)")
         if not value.flags.aligned:
             raise ValueError(f"{where} expects an aligned array; this one is misaligned")
+        if spec.writes and not value.flags.writeable:
+            raise ValueError(f"{where} may be written by the function, but the array is read-only; "
+                             f"pass a writable array (e.g. x.copy())")
         return
     # scalar
     if isinstance(value, np.ndarray) or not isinstance(value, (numbers.Number, np.generic)):
@@ -188,9 +236,22 @@ def check_arg(sig: FunctionSignature, index: int, value: Any) -> None:
 
 
 def check_args(sig: FunctionSignature, args: Sequence[Any]) -> None:
-    """Check a whole argument list against `sig` (count first, then each argument)."""
+    """Check a whole argument list against `sig` (count first, then each argument, then
+    the extents that scalar arguments give to array arguments)."""
     if len(args) != len(sig.params):
         names = ", ".join(p.name for p in sig.params)
         raise TypeError(f"{sig.name}() takes {len(sig.params)} argument(s) ({names}), got {len(args)}")
     for index, value in enumerate(args):
         check_arg(sig, index, value)
+    from hidet_framework.backend.param_access import evaluate_extent
+
+    for index, (spec, value) in enumerate(zip(sig.params, args)):
+        for d, expr in enumerate(spec.extents or ()):
+            if expr is None:
+                continue
+            want = evaluate_extent(expr, args)
+            if value.shape[d] != want:
+                names = ", ".join(f"{p.name}={args[k]}" for k, p in enumerate(sig.params) if p.kind == "scalar")
+                raise ValueError(
+                    f"{sig.name}(): parameter {index} {spec.name!r} must have extent {want} in dimension {d} "
+                    f"(given by the scalar arguments {names}), got an array of shape {_shape_text(value.shape)}")

@@ -4,6 +4,7 @@ folder, which holds distributions).
 Plugins write ``from hidet_framework.extension import hookimpl``; the rest of the core
 asks ``plugin_host()`` for backends, operators, templates, frontends and passes.
 """
+from . import points
 from .hookspecs import PROJECT_NAME, hookimpl, hookspec
 from .host import (MissingBackendError, PluginHost, PluginInfo, plugin_host, reset_plugin_host,
                    temporary_plugin)
@@ -11,7 +12,7 @@ from .manager import ExtensionManager, PluginError
 from .registry import (DuplicateRegistrationError, Register, RegistrationError, Registry)
 
 __all__ = [
-    "PROJECT_NAME", "hookimpl", "hookspec",
+    "PROJECT_NAME", "hookimpl", "hookspec", "points",
     "plugin_host", "reset_plugin_host", "temporary_plugin",
     "PluginHost", "PluginInfo", "PluginError", "MissingBackendError", "ExtensionManager",
     "Register", "Registry", "RegistrationError", "DuplicateRegistrationError",

@@ -62,9 +62,12 @@ def register_operators(register: Register) -> None:
 def register_templates(register: Register) -> None:
     """Register schedule templates.
 
-    A template carries an ``operator`` attribute (the operator name it schedules) and a
-    ``target`` attribute (the target kind it generates code for). Several templates may
-    serve the same (operator, target): all of them contribute candidates to the tuner.
+    A template is a ``hidet_framework.schedule.Template`` (or has what it has):
+    ``name``, ``operator`` (the operator name it schedules), ``target`` (the target kind
+    it generates code for), ``version``, ``priority``, ``space(target, level)`` and
+    ``build(task, attributes, params, target)``; one lacking any is refused at
+    registration. Several templates may serve the same (operator, target): all of them
+    contribute candidates to the tuner.
 
     :param register: the registrar; call ``register(name, template)`` once per template,
         ``name`` unique among all templates (prefix it with your plugin, e.g.
@@ -85,9 +88,10 @@ def register_frontends(register: Register) -> None:
 def register_passes(register: Register) -> None:
     """Register graph rewrite rules and IR passes.
 
-    A pass carries a ``point`` attribute naming the pipeline insertion point where the
-    pass manager runs it; ``plugin_host().passes.passes_at(point)`` lists them in
-    registration order.
+    A pass carries a ``point`` attribute, one of ``hidet_framework.extension.points``
+    (``GRAPH_REWRITE`` for a rewrite rule; ``BEFORE_LOWERING``, ``AFTER_LOWERING`` or
+    ``BEFORE_CODEGEN`` for an IR pass); another point is refused at registration.
+    ``plugin_host().passes.passes_at(point)`` lists a point's passes in registration order.
 
     :param register: the registrar; call ``register(name, pass_)`` once per pass,
         ``name`` unique among all passes.

@@ -34,8 +34,12 @@ class PluginInfo:
     """One plugin as ``hidet-framework plugins`` shows it.
 
     ``status`` is "loaded", "failed", "blocked" (HIDET_FRAMEWORK_BLOCK_PLUGINS) or
-    "not-allowed" (absent from HIDET_FRAMEWORK_PLUGINS). ``registered`` maps each kind
-    to the names the plugin registered; ``error`` is why it was skipped, or None.
+    "not-allowed" (absent from HIDET_FRAMEWORK_PLUGINS), or "conflict" (loaded, but some
+    name it registered collides with another plugin's at the same priority: served by
+    neither). ``registered`` maps each kind to the names the plugin serves; ``error``
+    is why it was skipped, or None; ``overrides`` says which of its names it took from
+    which plugins by a higher registration priority; ``conflicts`` describes each
+    collision it is part of.
     """
 
     name: str
@@ -46,12 +50,15 @@ class PluginInfo:
     hooks: tuple[str, ...]
     registered: Mapping[str, tuple[str, ...]]
     error: PluginError | None
+    overrides: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         error = None if self.error is None else attrs.asdict(self.error)
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "status": self.status, "builtin": self.builtin, "hooks": list(self.hooks),
-                "registered": {k: list(v) for k, v in self.registered.items()}, "error": error}
+                "registered": {k: list(v) for k, v in self.registered.items()}, "error": error,
+                "overrides": list(self.overrides), "conflicts": list(self.conflicts)}
 
 
 class PluginHost:
@@ -149,11 +156,13 @@ class PluginHost:
             error = record.error or collection.failures.get(record.name)
             registered = {kind: collection.registries[kind].names_from(record.name)
                           for kind in KINDS}
+            overrides, conflicts = _precedence_notes(collection, record.name)
+            status = "failed" if error is not None else "conflict" if conflicts else record.status
             infos.append(PluginInfo(
                 name=record.name, distribution=record.distribution, version=record.version,
-                status="failed" if error is not None else record.status,
-                builtin=record.origin == "builtin", hooks=self._manager.hooks_of(record.name),
-                registered={k: v for k, v in registered.items() if v}, error=error))
+                status=status, builtin=record.origin == "builtin", hooks=self._manager.hooks_of(record.name),
+                registered={k: v for k, v in registered.items() if v}, error=error,
+                overrides=overrides, conflicts=conflicts))
         return infos
 
     # -- plugin management -------------------------------------------------------------
@@ -182,6 +191,20 @@ class PluginHost:
             yield name
         finally:
             self.unregister(name)
+
+
+def _precedence_notes(collection: Collection, plugin: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(what `plugin` overrides by priority, the collisions it is part of), as text."""
+    overrides, conflicts = [], []
+    for kind in KINDS:
+        registry = collection.registries[kind]
+        for name in registry.names_from(plugin):
+            entry = registry.entry(name)
+            if entry.overrides:
+                others = ", ".join(repr(p) for p in entry.overrides)
+                overrides.append(f"{kind}: {name} (priority {entry.priority}, over {others})")
+        conflicts += [c.message() for c in registry.collisions() if plugin in c.providers]
+    return tuple(overrides), tuple(conflicts)
 
 
 _host: PluginHost | None = None

@@ -6,6 +6,11 @@ environment's allow-list and block-list, validates every plugin's hook names, an
 the registration hooks one plugin at a time. A plugin that fails — on import, on
 validation, or in a registration hook — is recorded with its error and skipped; the
 others are unaffected. Bundled plugins take exactly the same path as external ones.
+
+"Fails" includes ``BaseException``s other than ``KeyboardInterrupt``: a plugin calling
+``sys.exit()`` (SystemExit) or raising GeneratorExit at import must not end the host
+(``hidet-framework plugins`` included), so it is recorded like any error. Ctrl-C is the
+user's, not the plugin's: a KeyboardInterrupt while a plugin imports still interrupts.
 """
 from __future__ import annotations
 
@@ -44,10 +49,19 @@ class PluginError:
 
     @classmethod
     def from_exception(cls, phase: str, exc: BaseException) -> "PluginError":
-        return cls(phase, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
+        message = str(exc)
+        if isinstance(exc, SystemExit):
+            message = f"the plugin called sys.exit({exc.code!r}); the host keeps running without it"
+        return cls(phase, type(exc).__name__, message, "".join(traceback.format_exception(exc)))
 
     def __str__(self) -> str:
         return f"{self.phase}: {self.type}: {self.message}"
+
+
+def contained(exc: BaseException) -> bool:
+    """Whether an exception raised by plugin code is recorded as the plugin's error
+    (everything but KeyboardInterrupt, which is re-raised: see the module docstring)."""
+    return not isinstance(exc, KeyboardInterrupt)
 
 
 @attrs.define
@@ -124,6 +138,7 @@ class ExtensionManager:
                 self._records[name] = PluginRecord(name, "entry-point", "not-allowed", None, dist, version)
             else:
                 self._load_one(name, "entry-point", ep.load, dist, version)
+        _warn_unknown_names(entry_points, allow, block)
 
     def _load_one(self, name: str, origin: str, importer: Callable[[], Any],
                   dist: str | None = None, version: str | None = None) -> None:
@@ -131,12 +146,16 @@ class ExtensionManager:
         self._records[name] = record
         try:
             plugin = importer()
-        except Exception as exc:  # any import-time failure is the plugin's, not ours
+        except BaseException as exc:  # any import-time failure is the plugin's, not ours
+            if not contained(exc):
+                raise
             record.error = PluginError.from_exception("import", exc)
             return
         try:
             self._register_validated(plugin, name)
-        except Exception as exc:
+        except BaseException as exc:
+            if not contained(exc):
+                raise
             record.error = PluginError.from_exception("validate", exc)
             return
         record.plugin, record.status = plugin, "loaded"
@@ -215,9 +234,32 @@ class ExtensionManager:
                         register=stage.registrar(kind))
                 phase = "register"
                 session.commit(stage)
-            except Exception as exc:
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
                 failures[record.name] = PluginError.from_exception(phase, exc)
         return Collection(session.registries(), failures)
+
+
+def _warn_unknown_names(entry_points: list, allow: list[str] | None, block: list[str]) -> None:
+    """A name in the allow- or block-list that no installed plugin has is a typo or a
+    plugin that is not installed: say so instead of silently loading less (or more)."""
+    import difflib
+    import warnings
+
+    installed = sorted({ep.name for ep in entry_points})
+    for variable, names in ((ENV_ALLOW, allow or []), (ENV_BLOCK, block)):
+        for name in names:
+            if name in installed:
+                continue
+            close = difflib.get_close_matches(name, installed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            warnings.warn(f"{variable} names {name!r}, but no installed plugin has that name{hint} "
+                          f"(installed: {', '.join(installed) or 'none'})", UnknownPluginNameWarning, stacklevel=3)
+
+
+class UnknownPluginNameWarning(UserWarning):
+    """HIDET_FRAMEWORK_PLUGINS or HIDET_FRAMEWORK_BLOCK_PLUGINS names no installed plugin."""
 
 
 def _dist_of(ep: Any) -> tuple[str | None, str | None]:

@@ -16,6 +16,12 @@ from hidet_framework.compute.task import Task
 
 ROLES = ("prologue", "anchor", "epilogue")
 
+# Set (True) in the attributes a template's `build` receives when the driver schedules
+# the anchor of a fusion group: the kernel will be grafted, so it must read inputs and
+# write outputs through element accesses only (a template may otherwise use vector
+# accesses through element addresses, which no graft can rewrite).
+ANCHOR_ATTRIBUTE = "fusion.anchor"
+
 
 class FusionError(ValueError):
     """A graft is impossible (the caller falls back to separate kernels)."""

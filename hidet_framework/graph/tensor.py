@@ -37,7 +37,7 @@ class Tensor:
 
     def __init__(self, shape: Sequence[int], dtype: Any, producer: "Operator | None" = None,
                  index: int = 0, storage: Optional[np.ndarray] = None, name: str = "") -> None:
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(_extent(s, shape) for s in shape)
         if any(s < 0 for s in self.shape):
             raise ShapeError(f"negative extent in shape {self.shape}")
         self.dtype: DataType = data_type(dtype)
@@ -115,6 +115,14 @@ class Operator:
         return f"{self.name}({ins})"
 
 
+def _extent(value: Any, shape: Any) -> int:
+    """An extent as an int: Python and numpy integers only (``int(2.7)`` would quietly
+    make a (2.7, 3) shape (2, 3))."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ShapeError(f"shape {tuple(shape)!r}: extent {value!r} is not an integer")
+    return int(value)
+
+
 def symbol(shape: Sequence[int], dtype: Any = "float32", name: str = "") -> Tensor:
     """A graph input of the given shape and dtype."""
     return Tensor(shape, dtype, name=name)
@@ -125,4 +133,7 @@ def constant(value: Any, dtype: Any = None, name: str = "") -> Tensor:
     array = np.array(value, dtype=None if dtype is None else data_type(dtype).numpy_name)
     if array.dtype == np.float64 and dtype is None and not isinstance(value, np.ndarray):
         array = array.astype(np.float32)
-    return Tensor(array.shape, array.dtype, storage=np.ascontiguousarray(array), name=name)
+    # np.array, not np.ascontiguousarray, which turns a 0-d array into a 1-d one; the
+    # given dtype wins over the storage's (bfloat16 is stored as uint16 bits)
+    return Tensor(array.shape, array.dtype if dtype is None else data_type(dtype),
+                  storage=np.array(array, order="C", copy=True), name=name)

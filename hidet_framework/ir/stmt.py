@@ -70,10 +70,10 @@ class ForStmt(Stmt):
 class ForMappingStmt(Stmt):
     """``for vars in mapping.on(worker)``: run `body` for each task the task mapping
     assigns to `worker`, in the mapping's order. Lowered to loops and index arithmetic
-    by ``transforms.lower_task_mapping``.
+    by ``mapping.lower_task_mapping``.
 
     :param vars: one loop variable per task dimension.
-    :param mapping: a ``hidet_framework.ir.mapping.TaskMapping``.
+    :param mapping: a ``hidet_framework.mapping.task_mapping.TaskMapping``.
     :param worker: the worker index expression (e.g. ``threadIdx.x``).
     """
 

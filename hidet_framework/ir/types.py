@@ -9,7 +9,7 @@ import attrs
 from hidet_framework.ir.dtypes import DataType, data_type
 
 if TYPE_CHECKING:  # layouts hold expressions, so they live beside them
-    from hidet_framework.ir.layout import Layout
+    from hidet_framework.mapping.layout import Layout
 
 
 class Scope(enum.Enum):
@@ -44,7 +44,7 @@ class TensorType:
     :param dtype: element type.
     :param shape: extents; Python ints or integer expressions.
     :param layout: maps indices to an element offset; ``None`` means row-major over
-        `shape`. See ``hidet_framework.ir.layout``.
+        `shape`. See ``hidet_framework.mapping.layout``.
     """
 
     dtype: DataType = attrs.field(converter=data_type)
@@ -55,7 +55,7 @@ class TensorType:
         """The layout, row-major over the shape when none was given."""
         if self.layout is not None:
             return self.layout
-        from hidet_framework.ir.layout import row_major
+        from hidet_framework.mapping.layout import row_major
 
         return row_major(*self.shape)
 

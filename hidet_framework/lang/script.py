@@ -46,7 +46,7 @@ class ScriptFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"script function {self.name} is IR, not Python: call it from another @script "
-                        f"function, evaluate it with hidet_framework.ir.evaluator.evaluate_function(f.ir, ...), "
+                        f"function, evaluate it with hidet_framework.analysis.evaluator.evaluate_function(f.ir, ...), "
                         f"or compile it with a backend")
 
 

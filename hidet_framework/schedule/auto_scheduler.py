@@ -1,36 +1,35 @@
-"""The rule-based auto-scheduler: a correct kernel for every Task, on cpu and cuda.
+"""The rule-based auto-scheduler: a correct kernel for every Task, on every target.
 
 Rules: injective intermediates are inlined into their consumers; every stage (an
 output, or an intermediate holding a reduction) gets one kernel; intermediates live in
 a workspace; each output element is computed by one worker, reductions as loops inside
-it. CPU: OpenMP threads over the leading dimensions, a serial innermost loop the C
-compiler vectorises. CUDA: one thread per element, 256-thread blocks.
-Templates replace this where speed matters.
+it. How elements map to workers is the target's business: the backend builds each
+stage's kernel (``Backend.auto_schedule_kernel(StageKernel)``; the CPU plugin puts
+threads over the leading dimensions, the CUDA plugin one thread per element), so this
+module names no target. Templates replace this where speed matters.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Sequence
+
+import attrs
 
 from hidet_framework.compute.definitions import ComputeRewriter, ReduceCompute, TensorNode, tensors_read
 from hidet_framework.compute.task import Task
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
-from hidet_framework.ir.expr import Expr, Var, cast, const, maximum, minimum, var
+from hidet_framework.ir.expr import Expr, const, maximum, minimum, var
 from hidet_framework.ir.func import Function, module
 from hidet_framework.ir.type_infer import cast_if_needed
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
-from hidet_framework.ir.stmt import (
-    AssignStmt, BufferStoreStmt, DeclareStmt, ForStmt, IfStmt, LetStmt, Stmt, seq,
-)
+from hidet_framework.ir.stmt import AssignStmt, BufferStoreStmt, DeclareStmt, ForStmt, LetStmt, Stmt, seq
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 
 # GPU worker indices. Declared here without a spelling: a GPU backend plugin gives
 # them one (CUDA: ``threadIdx.x``) by registering the same names for its target kind.
 thread_idx_x = register_primitive(PrimitiveFunction("threadIdx_x", "int32", bounds=(0, 1024)))
 block_idx_x = register_primitive(PrimitiveFunction("blockIdx_x", "int32", bounds=(0, 2**31 - 1)))
-
-CUDA_BLOCK = 256
 
 
 class SchedulingError(NotImplementedError):
@@ -112,46 +111,69 @@ def _bind_axes(axes: tuple, indices: list[Expr], body: Stmt) -> Stmt:
 
 # ----------------------------------------------------------------- kernels
 
-def _cpu_kernel(name: str, params: list[Var], out: TensorNode, value: Expr, shape: tuple[int, ...]) -> Function:
-    """Threads over the leading dimensions (all of a 1-D output), a serial innermost
-    loop over the last one."""
-    axes = out.definition.axes
-    element = _store_element(out, list(axes), value)
-    if not shape:
-        return Function(name, params, element, kind="cpu_kernel")
-    total = math.prod(shape)
-    itype = _index_dtype(total)
-    j = var("j", itype)
-    if len(shape) == 1:
-        body = ForStmt(j, const(shape[0], itype), _bind_axes(axes, [j], element), parallel=True)
-        return Function(name, params, body, kind="cpu_kernel")
-    p = var("p", itype)
-    inner = ForStmt(j, const(shape[-1], itype), _bind_axes(axes, _unravel(p, shape[:-1]) + [j], element))
-    body = ForStmt(p, const(total // shape[-1], itype), inner, parallel=True)
-    return Function(name, params, body, kind="cpu_kernel")
+@attrs.frozen
+class StageKernel:
+    """One stage's kernel to build, handed to a backend's ``auto_schedule_kernel``:
+    the function `name`, its `params` (the tensors read, then `output`), the `value`
+    of one output element (a compute expression over the output's axes, reductions
+    included) and the output's static `shape`. The methods are the target-neutral
+    pieces every loop structure needs; the backend decides the loops and the workers.
+    """
+
+    name: str
+    params: list
+    output: TensorNode
+    value: Expr
+    shape: tuple
+
+    @property
+    def axes(self) -> tuple:
+        """The output's axis variables, outermost first."""
+        return self.output.definition.axes
+
+    def store(self, indices: Sequence[Expr]) -> Stmt:
+        """Compute the element at `indices` (reductions as loops before it) and store it."""
+        return _store_element(self.output, list(indices), self.value)
+
+    def bind_axes(self, indices: Sequence[Expr], body: Stmt) -> Stmt:
+        """`body` with the output's axes bound to `indices`."""
+        return _bind_axes(self.axes, list(indices), body)
+
+    def index_dtype(self, total: int) -> DataType:
+        """int32 when `total` positions fit in it, else int64."""
+        return _index_dtype(total)
+
+    @staticmethod
+    def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
+        """Row-major indices of a flat position (outermost first)."""
+        return _unravel(flat, tuple(shape))
 
 
-def _cuda_kernel(name: str, params: list[Var], out: TensorNode, value: Expr, shape: tuple[int, ...]) -> Function:
-    total = math.prod(shape)
-    itype = _index_dtype(total)
-    w = var("w", itype)
-    flat = cast(block_idx_x(), itype) * CUDA_BLOCK + cast(thread_idx_x(), itype)
-    axes = out.definition.axes
-    body = _bind_axes(axes, _unravel(w, shape), _store_element(out, list(axes), value))
-    body = LetStmt(w, flat, IfStmt(w < const(total, itype), body))
-    grid = (max(1, (total + CUDA_BLOCK - 1) // CUDA_BLOCK),)
-    return Function(name, params, body, kind="cuda_kernel",
-                    attrs={"grid_dim": grid, "block_dim": (CUDA_BLOCK,)})
+class SerialKernels:
+    """The reference schedule: one serial loop per output dimension, host functions.
+    The IR evaluator runs it (``hf.compile(..., target="evaluator")`` and constant
+    folding without a compiler); it needs no backend plugin."""
+
+    def auto_schedule_kernel(self, stage: StageKernel) -> Function:
+        itype = stage.index_dtype(math.prod(stage.shape))
+        indices = [var(f"i{k}", itype) for k in range(len(stage.shape))]
+        body = stage.bind_axes(indices, stage.store(list(stage.axes)))
+        for index, extent in reversed(list(zip(indices, stage.shape))):
+            body = ForStmt(index, const(extent, itype), body)
+        return Function(stage.name, list(stage.params), body, kind="cpu_kernel")
 
 
-_KERNEL_BUILDERS: dict[str, Callable[..., Function]] = {"cpu": _cpu_kernel, "cuda": _cuda_kernel}
+def auto_schedule(task: Task, kernels: Any) -> ScheduledTask:
+    """One kernel per stage of `task`, each built by ``kernels.auto_schedule_kernel``
+    (`kernels`: a backend, or `SerialKernels`). A target-kind string (``"cpu"``) stands
+    for the backend the plugin host has for that kind."""
+    if isinstance(kernels, str):
+        from hidet_framework.extension import plugin_host
 
-
-def auto_schedule(task: Task, target_kind: str) -> ScheduledTask:
-    """One kernel per stage of `task` for `target_kind` (``cpu`` or ``cuda``)."""
-    if target_kind not in _KERNEL_BUILDERS:
-        raise SchedulingError(f"the auto-scheduler knows targets {sorted(_KERNEL_BUILDERS)}, not {target_kind!r}")
-    build = _KERNEL_BUILDERS[target_kind]
+        kernels = plugin_host().backend_for(kernels)
+    build = getattr(kernels, "auto_schedule_kernel", None)
+    if not callable(build):
+        raise SchedulingError(f"{kernels!r} cannot build auto-scheduled kernels (no auto_schedule_kernel method)")
     refs: dict[int, BufferRef] = {}
     for k, t in enumerate(task.inputs):
         refs[id(t)] = BufferRef("input", k)
@@ -171,6 +193,6 @@ def auto_schedule(task: Task, target_kind: str) -> ScheduledTask:
             _static_shape(t, task)
         params = reads + [stage]
         fname = f"{task.name}_{stage.name}_{len(functions)}"
-        functions.append(build(fname, params, stage, value, shape))
+        functions.append(build(StageKernel(fname, params, stage, value, shape)))
         launches.append(Launch(fname, tuple(refs[id(t)] for t in params)))
     return ScheduledTask(module(task.name, functions), tuple(launches), tuple(workspace), source="auto")

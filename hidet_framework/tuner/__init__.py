@@ -1,5 +1,5 @@
 """The tuner: templates' hardware-derived spaces, parallel builds, device timing, and
 the on-disk cache of winners."""
 from hidet_framework.tuner.cache import TuningCache
-from hidet_framework.tuner.template import SPACE_LIMITS, Template
+from hidet_framework.schedule.template import SPACE_LIMITS, Template
 from hidet_framework.tuner.tuner import Candidate, TuningError, TuningResult, candidates_of, tune

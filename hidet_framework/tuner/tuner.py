@@ -28,8 +28,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import attrs
 
 from hidet_framework.backend.contract import Target
-from hidet_framework.tuner.cache import TuningCache
-from hidet_framework.tuner.template import Template
+from hidet_framework.tuner.cache import TuningCache, TuningRecordWarning, validate_record
+from hidet_framework.schedule.template import Template
 
 
 class TuningError(RuntimeError):
@@ -63,13 +63,13 @@ def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
     """(index, error or None, (ScheduledTask, prepare's result) or None)."""
     cand: Candidate = _JOB["candidates"][index]
     try:
-        scheduled = cand.template.build(_JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
+        scheduled = _JOB["build"](cand.template, _JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
         result = (scheduled, _JOB["prepare"](scheduled))
         if _JOB["in_pool"]:  # what cannot travel back fails this candidate here, not the pool
             pickle.dumps(result)
         return index, None, result
     except Exception as exc:  # one bad candidate must not stop the search
-        return index, f"{type(exc).__name__}: {exc}", None
+        return index, f"{getattr(cand.template, 'name', '?')} {dict(cand.params)!r}: {type(exc).__name__}: {exc}", None
 
 
 def _progress():
@@ -103,24 +103,34 @@ def candidates_of(templates: Sequence[Template], target: Target, level: int) -> 
 def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,
          templates: Sequence[Template], level: int,
          prepare: Callable[[Any], Any], measure: Callable[[Any, int, Any], list[float]],
-         cache: Optional[TuningCache] = None, workers: Optional[int] = None) -> TuningResult:
-    """Tune `task` over the templates' candidates at space `level`."""
+         cache: Optional[TuningCache] = None, workers: Optional[int] = None,
+         build: Optional[Callable[..., Any]] = None) -> TuningResult:
+    """Tune `task` over the templates' candidates at space `level`. `build(template,
+    task, attributes, params, target)` makes a candidate's schedule (default: the
+    template's own build(); the driver passes ``template.build_scheduled``, which checks
+    the result)."""
     started = time.perf_counter()
     cache = cache or TuningCache()
     key = TuningCache.key(task.fingerprint(), target.fingerprint(), operator,
-                          [(t.name, t.version) for t in templates])
-    by_name = {t.name: t for t in templates}
+                          [(t.name, t.version) for t in templates], level)
     record = cache.get(key) if level > 0 else None
-    if record is not None and record["template"] in by_name:
-        return TuningResult(by_name[record["template"]], record["params"], record.get("seconds", 0.0),
-                            record.get("candidates", 0), (), 0.0, True)
+    if record is not None:
+        template, params, why = validate_record(record, templates, target, level)
+        if template is not None:
+            return TuningResult(template, params, _number(record.get("seconds")), _count(record.get("candidates")),
+                                (), 0.0, True)
+        import warnings
+
+        warnings.warn(f"tuning record {cache.path(key)} ignored and tuned again: {why}", TuningRecordWarning,
+                      stacklevel=2)
 
     candidates = candidates_of(templates, target, level)
     if len(candidates) == 1:
         c = candidates[0]
         return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
 
-    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers)
+    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers,
+                                    build or _template_build)
     if not prepared:
         raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
     times = _measure_all(prepared, measure)
@@ -133,11 +143,23 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
     return result
 
 
-def _build_all(task, attributes, target, candidates, prepare, workers) -> tuple[dict, list[tuple[int, str]]]:
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _template_build(template: Any, task: Any, attributes: Any, params: Any, target: Any) -> Any:
+    return template.build(task, attributes, params, target)
+
+
+def _build_all(task, attributes, target, candidates, prepare, workers, build) -> tuple[dict, list[tuple[int, str]]]:
     """({index: (ScheduledTask, prepared)} of the candidates that built, sorted failures)."""
     workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
     _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare,
-                in_pool=workers > 1)
+                in_pool=workers > 1, build=build)
     failures: list[tuple[int, str]] = []
     prepared: dict[int, Any] = {}
     try:

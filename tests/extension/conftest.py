@@ -14,7 +14,11 @@ from hidet_framework.backend.contract import Availability
 
 
 class FakeBackend:
-    """Just enough of the backend contract for registry and lookup tests."""
+    """The backend contract's shape (what registration checks) for registry and lookup
+    tests; it is never usable, so nothing calls the rest."""
+
+    device = None
+    preference = 0
 
     def __init__(self, name: str, *target_kinds: str):
         self.name = name
@@ -22,6 +26,11 @@ class FakeBackend:
 
     def availability(self) -> Availability:
         return Availability(False, "fake backend")
+
+    def _unusable(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a fake backend is never usable")
+
+    detect_target = codegen = build = load = auto_schedule_kernel = _unusable
 
 
 def backend_plugin(*backends: FakeBackend, module_name: str = "fake") -> types.ModuleType:

@@ -17,6 +17,7 @@ PLUGINS = {  # folder -> (distribution, entry-point name, package)
     "plugins/hidet_plugin_ops": ("hidet-plugin-ops", "ops", "hidet_plugin_ops"),
     "plugins/hidet_plugin_example": ("hidet-plugin-example", "example", "hidet_plugin_example"),
     "hidet_plugin_matmul": ("hidet-plugin-matmul", "matmul", "hidet_plugin_matmul"),
+    "hidet_plugin_reduce": ("hidet-plugin-reduce", "reduce", "hidet_plugin_reduce"),
 }
 
 

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 BUNDLED = {"cpu": "hidet-plugin-cpu", "cuda": "hidet-plugin-cuda", "ops": "hidet-plugin-ops",
-           "example": "hidet-plugin-example", "matmul": "hidet-plugin-matmul"}
+           "example": "hidet-plugin-example", "matmul": "hidet-plugin-matmul",
+           "reduce": "hidet-plugin-reduce"}
 
 
 def test_bundled_plugins_are_discovered_through_their_entry_points():

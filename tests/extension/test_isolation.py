@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from hidet_framework.cli import main as cli
 from hidet_framework.extension import MissingBackendError, hookimpl, reset_plugin_host
+from hidet_framework.extension.registry import NameCollisionError
 
 
 def raising_plugin() -> types.ModuleType:
@@ -60,9 +61,13 @@ def test_broken_plugins_are_recorded_and_the_rest_keep_working(broken_host):
     assert (info["raising"].error.type, info["raising"].error.message) == ("ZeroDivisionError", "plugin bug")
     assert "will_be_dropped" not in broken_host.operators
     assert info["misspelled"].error.phase == "validate" and "register_backend" in info["misspelled"].error.message
-    # Load order is by name: 'duplicate' comes before 'good', so it keeps "cpu".
-    assert broken_host.backends.provider("cpu") == "duplicate"
-    assert info["good"].error.type == "DuplicateRegistrationError"
+    # 'duplicate' and 'good' both register "cpu" at priority 0: a collision that neither
+    # wins, whatever the load order (issue 12 item 7); both are reported.
+    with pytest.raises(NameCollisionError, match="'duplicate' and 'good'"):
+        broken_host.backends["cpu"]
+    assert "cpu" not in broken_host.backends
+    assert info["good"].status == info["duplicate"].status == "conflict"
+    assert info["good"].error is None and "'cpu'" in info["good"].conflicts[0]
     assert broken_host.backends.provider("other") == "also_good"
     assert info["also_good"].error is None and info["also_good"].status == "loaded"
     assert info["also_good"].hooks == ("register_backends",)

@@ -7,18 +7,47 @@ import types
 import attrs
 import pytest
 
-from hidet_framework.extension import MissingBackendError, hookimpl
+from hidet_framework.extension import MissingBackendError, hookimpl, points
+from hidet_framework.extension.registry import NameCollisionError
 
 
 @attrs.frozen
 class Template:
+    """What registration checks of a template (the tuner is not run here)."""
+
     operator: str
     target: str
+    name: str = "test.template"
+    version: str = "1"
+    priority: int = 0
+
+    def space(self, target, level):
+        return [{}]
+
+    def build(self, task, attributes, params, target):
+        raise AssertionError("not built in registry tests")
 
 
 @attrs.frozen
-class Pass:
+class Rule:
+    """A graph rewrite rule's shape."""
+
+    point: str = points.GRAPH_REWRITE
+    op_names: tuple = ("scale",)
+
+    def rewrite(self, op):
+        return None
+
+
+@attrs.frozen
+class IRPass:
+    """A lowering pass's shape."""
+
     point: str
+    name: str = "test.pass"
+
+    def run(self, module, ctx):
+        return module
 
 
 def plugin(**hooks) -> object:
@@ -37,20 +66,20 @@ def test_registrations_record_their_provider(isolated_plugin_host, fakes):
     assert "alpha" not in host.backends  # unregistering rebuilt the registries
 
 
-def test_duplicate_name_names_both_plugins_and_first_keeps_it(isolated_plugin_host, fakes):
+def test_duplicate_name_names_both_plugins_and_neither_takes_it(isolated_plugin_host, fakes):
+    """Issue 12 item 7: the order plugins load in never decides who serves a name."""
     host = isolated_plugin_host
     first, second = fakes.Backend("same"), fakes.Backend("same")
     with host.temporary_plugin(fakes.backend_plugin(first), name="first"), \
             host.temporary_plugin(fakes.backend_plugin(second, fakes.Backend("extra")), name="second"):
-        assert host.backends["same"] is first
-        assert host.backends.provider("same") == "first"
-        assert "extra" not in host.backends  # the failing plugin contributes nothing
+        with pytest.raises(NameCollisionError, match="'first' and 'second'.*priority=1"):
+            host.backends["same"]
+        assert "same" not in host.backends and list(host.backends) == ["extra"]
+        assert host.backends.provider("extra") == "second"  # the rest of each plugin still works
         info = {i.name: i for i in host.report()}
-        assert info["first"].error is None and info["first"].registered == {"backends": ("same",)}
-        error = info["second"].error
-        assert info["second"].status == "failed"
-        assert error.type == "DuplicateRegistrationError" and error.phase == "register_backends"
-        assert "'first'" in error.message and "'second'" in error.message
+        for name in ("first", "second"):
+            assert info[name].status == "conflict" and info[name].error is None
+            assert "'first' and 'second'" in info[name].conflicts[0]
 
 
 def test_same_plugin_registering_a_name_twice_is_rejected(isolated_plugin_host):
@@ -60,7 +89,7 @@ def test_same_plugin_registering_a_name_twice_is_rejected(isolated_plugin_host):
 
     with isolated_plugin_host.temporary_plugin(plugin(register_operators=twice), name="twice"):
         (info,) = isolated_plugin_host.report()
-        assert "already did (the same plugin" in info.error.message
+        assert "plugin 'twice' registered it twice" in info.error.message
         assert len(isolated_plugin_host.operators) == 0
 
 
@@ -76,9 +105,9 @@ def test_non_str_or_empty_names_are_rejected(isolated_plugin_host, bad_name):
 @pytest.mark.parametrize("hook, obj, complaint", [
     ("register_backends", object(), "target_kinds"),
     ("register_backends", types.SimpleNamespace(target_kinds="cpu"), "tuple"),
-    ("register_templates", types.SimpleNamespace(target="cpu"), "'operator'"),
-    ("register_templates", types.SimpleNamespace(operator="matmul"), "'target'"),
-    ("register_passes", object(), "'point'"),
+    ("register_templates", types.SimpleNamespace(target="cpu"), "operator (the name"),
+    ("register_templates", types.SimpleNamespace(operator="matmul"), "target (the target kind"),
+    ("register_passes", object(), "point (one of graph_rewrite, before_lowering"),
 ])
 def test_objects_missing_what_the_core_reads_are_rejected(isolated_plugin_host, hook, obj, complaint):
     with isolated_plugin_host.temporary_plugin(plugin(**{hook: lambda register: register("n", obj)})):
@@ -112,13 +141,14 @@ def test_templates_for_filters_by_operator_and_target_in_registration_order(isol
 
 def test_passes_at_lists_the_passes_of_one_point(isolated_plugin_host):
     def passes(register):
-        register("fold", Pass("graph.before_fusion"))
-        register("simplify", Pass("ir.after_lowering"))
-        register("cse", Pass("graph.before_fusion"))
+        register("fold", Rule(op_names=("add",)))
+        register("simplify", IRPass(points.AFTER_LOWERING))
+        register("cse", Rule(op_names=("mul",)))
 
     with isolated_plugin_host.temporary_plugin(plugin(register_passes=passes)):
         reg = isolated_plugin_host.passes
-        assert reg.passes_at("graph.before_fusion") == [reg["fold"], reg["cse"]]
+        assert reg.passes_at(points.GRAPH_REWRITE) == [reg["fold"], reg["cse"]]
+        assert reg.passes_at(points.AFTER_LOWERING) == [reg["simplify"]]
         assert reg.passes_at("nowhere") == []
 
 

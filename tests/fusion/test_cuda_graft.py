@@ -8,8 +8,9 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework.fusion import FusionError, fuse_group
-from hidet_framework.graph.passes import FUSION_PASSES, GRAPH_PASSES, GraphPassContext, run_graph_passes
-from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
+from hidet_framework.fusion import FUSION_PASSES
+from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
 
 
 def _group(dtype: str, m: int, k: int, n: int):
@@ -31,7 +32,11 @@ def test_fused_cuda_matmul_candidates_compile(tmp_path, monkeypatch, fx):
     except Exception as exc:
         pytest.skip(f"no CUDA compiler: {exc}")
     from hidet_plugin_cuda.target import default_cuda_target
-    from hidet_plugin_matmul.cuda_run import candidate_source
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_cuda import CudaBackend
+
+    def candidate_source(scheduled, target):
+        return generate_source(scheduled, CudaBackend(), target)
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
 

@@ -7,6 +7,7 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework import driver
+from hidet_framework.driver import task_compiler
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.fusion import FusionError, FusionGroup, Member, Source, compose_task, fuse_group
 from hidet_framework.ir.expr import Address, TensorElement, var
@@ -83,7 +84,7 @@ def test_graft_failure_runs_the_members_apart(target, fx, rng, monkeypatch):
     def refuse(scheduled, group):
         raise FusionError("refused by the test")
 
-    monkeypatch.setattr(driver, "fuse_group", refuse)
+    monkeypatch.setattr(task_compiler, "fuse_group", refuse)
     x = hf.symbol((5, 7), "float32")
     w = hf.constant(rng.standard_normal((7, 3)).astype(np.float32))
     y = hf.ops.add(hf.ops.matmul(hf.ops.relu(x), w), 0.25)
@@ -141,7 +142,7 @@ def test_engine_grafts_into_every_launch_of_a_multi_stage_anchor(rng):
     """A two-stage anchor (row maxima in a workspace, then x - max) reads its input in
     both launches: the producer is grafted into both."""
     from hidet_framework.compute import reduce
-    from hidet_framework.ir.evaluator import evaluate_function
+    from hidet_framework.analysis.evaluator import evaluate_function
 
     x = tensor_input("x", "float32", [3, 5])
     doubled = compute("d", [3, 5], lambda i, j: x[i, j] * 2.0)
@@ -171,7 +172,7 @@ def test_a_refusal_without_a_message_is_still_reported_separate(target, fx, rng,
     def refuse(scheduled, group):
         raise FusionError()
 
-    monkeypatch.setattr(driver, "fuse_group", refuse)
+    monkeypatch.setattr(task_compiler, "fuse_group", refuse)
     x = hf.symbol((5, 7), "float32")
     w = hf.constant(rng.standard_normal((7, 3)).astype(np.float32))
     y = hf.ops.matmul(hf.ops.relu(x), w)
@@ -188,13 +189,15 @@ def test_fused_cache_keys_on_the_members_attributes(monkeypatch):
     (which select and parameterise templates) differ, even on the same tasks."""
     group, _ = _copy_group()
     seen = []
-    real = driver._schedule_for
+    from hidet_framework.driver import task_compiler
 
-    def record(task, op_name, kind, space, attributes):
+    real = task_compiler.schedule
+
+    def record(task, op_name, target, space, attributes):
         seen.append(dict(attributes))
-        return real(task, op_name, kind, space, attributes)
+        return real(task, op_name, target, space, attributes)
 
-    monkeypatch.setattr(driver, "_schedule_for", record)
+    monkeypatch.setattr(task_compiler, "schedule", record)
     driver.clear_task_cache()
     try:
         for tile in (1, 2):
@@ -205,4 +208,7 @@ def test_fused_cache_keys_on_the_members_attributes(monkeypatch):
             driver.compile_fused(task, other, driver.EVALUATOR_TARGET)
     finally:
         driver.clear_task_cache()
-    assert seen == [{"tile": 1}, {"tile": 2}]
+    from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
+
+    # the driver adds ANCHOR_ATTRIBUTE: templates build a kernel that takes grafts
+    assert seen == [{"tile": 1, ANCHOR_ATTRIBUTE: True}, {"tile": 2, ANCHOR_ATTRIBUTE: True}]

@@ -54,7 +54,7 @@ def test_guarded_template_reads_evaluate_the_producer_in_range(producer, fx, rng
     the grafted producer sits inside that guard, so with bounds checks compiled in
     (``bounds_check``) no read of the producer's inputs is out of range."""
     from hidet_framework import driver
-    from hidet_framework.transforms.pass_context import PassContext
+    from hidet_framework.lowering.pass_context import PassContext
 
     fx.need_ops("matmul", producer)
     a, c, b = hf.symbol((9, 17), "float32"), hf.symbol((7, 6), "float32"), hf.symbol((13, 11), "float32")

@@ -9,8 +9,9 @@ import pytest
 import hidet_framework as hf
 from hidet_framework import driver
 from hidet_framework.fusion import fuse_group
-from hidet_framework.graph.passes import FUSION_PASSES, GRAPH_PASSES, GraphPassContext, run_graph_passes
-from hidet_framework.graph.passes.partition_fusion_groups import FUSED_OPERATOR, GROUP_ATTRIBUTE
+from hidet_framework.fusion import FUSION_PASSES
+from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.fusion.partition_fusion_groups import FUSED_OPERATOR, GROUP_ATTRIBUTE
 
 M, K, N = 13, 17, 11
 
@@ -20,7 +21,6 @@ def test_level1_candidates_with_prologue_and_epilogue(fx, rng):
     fx.need_ops("matmul", "relu", "add")
     cpu_template = pytest.importorskip("hidet_plugin_matmul.cpu_template")
     from hidet_plugin_matmul.cpu_space import cpu_matmul_space
-    from hidet_framework.transforms.pipeline import lower
 
     x, w, bias = hf.symbol((M, K), "float32"), hf.symbol((K, N), "float32"), hf.symbol((N,), "float32")
     y = hf.ops.relu(hf.ops.add(hf.ops.matmul(hf.ops.relu(x), w), bias))
@@ -31,8 +31,8 @@ def test_level1_candidates_with_prologue_and_epilogue(fx, rng):
     assert group.describe() == "relu -> [matmul] -> add -> relu"
     anchor = group.anchor_member
 
-    backend = driver._usable_backend("cpu")
-    target = driver._detected_target(backend)
+    cpu = driver.resolve_compile_target("cpu")
+    target = cpu.target
     space = cpu_matmul_space(target, 1)
     assert 1 < len(space) <= 30
     picks = [space[0], space[len(space) // 2], space[-1]]  # a spread, to keep the test fast
@@ -44,9 +44,8 @@ def test_level1_candidates_with_prologue_and_epilogue(fx, rng):
         fused = fuse_group(scheduled, group)
         (fn,) = [f for f in fused.module.functions.values() if f.kind == "cpu_kernel"]  # + device helpers
         assert fn.name == scheduled.launches[0].function
-        loaded = backend.compile(lower(fused.module, "cpu"), target)
-        compiled = driver.CompiledTask(op.task, fused, loaded, backend.device, "cpu")
-        device = backend.device
+        compiled = cpu.compile(op.task, fused)
+        device = cpu.device
         out = device.from_numpy(np.full((M, N), np.nan, np.float32))  # poisoned: every element must be stored
         compiled.run([device.from_numpy(inputs[t.uid]) for t in op.inputs], [out])
         got = device.to_numpy(out)

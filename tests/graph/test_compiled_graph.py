@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hidet_framework as hf
-from hidet_framework.graph.compiled_graph import GraphInputError
+from hidet_framework.runtime.compiled_graph import GraphInputError
 
 EVALUATOR = "evaluator"
 
@@ -28,7 +28,8 @@ def test_chain_peak_is_below_the_sum_of_intermediates(dummy, rng):
     print(f"chain of 9 ops: {report}")
     xv = rng.standard_normal((16, 16)).astype(np.float32)
     expected = (xv.astype(np.float64) * np.prod([1.0 + k / 8 for k in range(8)])).sum(1)
-    np.testing.assert_allclose(fn(xv), expected, rtol=1e-5)
+    # float32 sums of 16 terms of size ~5: an absolute tolerance too (a row summing near 0 is common)
+    np.testing.assert_allclose(fn(xv), expected, rtol=1e-5, atol=1e-4)
 
 
 def test_task_workspaces_are_planned(dummy, rng):

@@ -7,7 +7,7 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework import driver
-from hidet_framework.graph.compiled_graph import GraphInputError
+from hidet_framework.runtime.compiled_graph import GraphInputError
 
 pytestmark = pytest.mark.cuda
 

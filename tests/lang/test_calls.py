@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.evaluator import evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_function
 from hidet_framework.ir.expr import Call, Cast, Constant
 from hidet_framework.ir.primitives import PrimitiveFunction
 from hidet_framework.lang import attrs, cast, f16, f32, i32, script, script_module

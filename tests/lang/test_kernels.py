@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hidet_framework.ir.evaluator import evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_function
 from hidet_framework.ir.stmt import ForMappingStmt, ForStmt
 from hidet_framework.lang import attrs, cast, f32, grid, i32, parallel, script, script_module, static_range, unroll
 
@@ -88,7 +88,7 @@ def test_naive_matmul(m, n, k):
 
 
 def test_transpose_with_task_mapping_over_all_workers():
-    from hidet_framework.ir.mapping import repeat, spatial
+    from hidet_framework.mapping.task_mapping import repeat, spatial
 
     mapping = repeat(2, 1) * spatial(4, 3) * repeat(1, 2)  # task shape (8, 6), 12 workers
     rows, cols = mapping.task_shape

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.evaluator import EvaluationError, evaluate_function
+from hidet_framework.analysis.evaluator import EvaluationError, evaluate_function
 from hidet_framework.ir.functors import collect
 from hidet_framework.ir.expr import BinaryOp, Cast, IfThenElse, TensorSlice
 from hidet_framework.ir.stmt import AssertStmt, AssignStmt, DeclareStmt, IfStmt, WhileStmt

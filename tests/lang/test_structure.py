@@ -47,7 +47,7 @@ def test_grid_declare_assign_and_if_match_hand_built_ir():
 
 
 def test_mapping_loop_and_shared_tensor_match_hand_built_ir():
-    from hidet_framework.ir.mapping import spatial
+    from hidet_framework.mapping.task_mapping import spatial
 
     mapping = spatial(4, 8)
 

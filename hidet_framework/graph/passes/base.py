@@ -19,38 +19,16 @@ from hidet_framework.graph.tensor import Operator, Tensor
 
 # Evaluates a task on constant arrays: the outputs, or None when it cannot (no usable
 # backend and too big for the IR evaluator). The driver supplies one that compiles on
-# the CPU; passes never import the driver themselves (it sits above them).
+# the CPU (or runs the IR evaluator); passes never import the driver or the runtime
+# themselves (both sit above them).
 TaskEvaluator = Callable[[Task, Sequence[np.ndarray]], Optional[Sequence[np.ndarray]]]
-
-# The IR evaluator runs about 10^4..10^5 elements per second; beyond this, folding
-# through it would make compiling slower than running.
-INTERPRETER_ELEMENT_LIMIT = 1 << 14
-
-
-def interpret_task(task: Task, arrays: Sequence[np.ndarray]) -> Optional[list[np.ndarray]]:
-    """Run `task` with the pure-Python IR evaluator; None when it is too big for that."""
-    from hidet_framework.schedule.auto_scheduler import auto_schedule
-    from hidet_framework.ir.evaluator import evaluate_function
-
-    sizes = [int(np.prod([int(s) for s in t.shape], dtype=np.int64)) for t in task.outputs]
-    if sum(sizes) > INTERPRETER_ELEMENT_LIMIT:
-        return None
-    scheduled = auto_schedule(task, "cpu")
-    outputs = [np.empty([int(s) for s in t.shape], dtype=t.dtype.numpy_name) for t in task.outputs]
-    workspace = [np.empty(w.shape, dtype=w.dtype.numpy_name) for w in scheduled.workspace]
-    pools = {"input": [np.ascontiguousarray(a) for a in arrays], "output": outputs, "workspace": workspace}
-    for launch in scheduled.launches:
-        fn = scheduled.module.functions[launch.function]
-        args = [pools[ref.kind][ref.index] for ref in launch.buffers] + list(launch.scalars)
-        evaluate_function(fn, *args, module=scheduled.module)
-    return outputs
 
 
 @attrs.define
 class GraphPassContext:
     """What graph passes may use besides the graph.
 
-    :param evaluate: runs a task on constants (constant folding).
+    :param evaluate: runs a task on constants (constant folding); None folds nothing.
     :param rewrite_rules: rewrite rules; None = those plugins registered at point
         ``graph_rewrite``.
     :param max_rewrite_rounds: the bound on rewrite rounds before giving up on a
@@ -60,7 +38,7 @@ class GraphPassContext:
         when unknown; rewrite rules that declare ``targets`` run only for those.
     """
 
-    evaluate: TaskEvaluator = interpret_task
+    evaluate: Optional[TaskEvaluator] = None
     rewrite_rules: Optional[Sequence[Any]] = None
     max_rewrite_rounds: int = 16
     stats: dict = attrs.field(factory=dict)

@@ -2,8 +2,9 @@
 results as constants (weights reshaped or transposed once, not on every call).
 
 The evaluation itself comes from the context (``ctx.evaluate``): the driver passes one
-that compiles the task for the CPU; without it, the IR evaluator handles tiny tasks.
-An operator that cannot be evaluated stays in the graph, which is always correct.
+that compiles the task for the CPU, or runs the IR evaluator on tiny tasks
+(``runtime.evaluate_task.interpret_task``); without one, nothing is folded. An operator
+that cannot be evaluated stays in the graph, which is always correct.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def fold_constants(graph: FlowGraph, ctx: GraphPassContext | None = None) -> Flo
         op = rebuild.operator(op)
         if not all(t.is_constant() for t in op.inputs):
             continue
-        results = ctx.evaluate(op.task, [t.storage for t in op.inputs])
+        results = None if ctx.evaluate is None else ctx.evaluate(op.task, [t.storage for t in op.inputs])
         if results is None:
             skipped += 1
             continue

@@ -5,11 +5,12 @@
 2. fold_constants — operators over constants only become constants.
 3. eliminate_common_subexpressions — merge equal constants and equal operators.
 4. eliminate_dead_code — drop what the passes above disconnected.
-5. partition_fusion_groups — last, once the graph is final: groups of operators
-   become one ``fused`` operator each (one kernel). It is listed apart, in
-   `FUSION_PASSES`, because fusion is the driver's choice (``hf.compile(...,
-   fusion=False)`` keeps one kernel per operator): `GRAPH_PASSES` alone gives the
-   unfused graph, ``GRAPH_PASSES + FUSION_PASSES`` the one the driver compiles.
+
+Fusion's partition pass runs after these, once the graph is final; it belongs to the
+fusion stage (``hidet_framework.fusion.FUSION_PASSES``), and whether it runs is the
+driver's choice (``hf.compile(..., fusion=False)`` keeps one kernel per operator):
+`GRAPH_PASSES` alone gives the unfused graph, ``GRAPH_PASSES + FUSION_PASSES`` the one
+the driver compiles.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from hidet_framework.graph.passes.base import GraphPassContext
 from hidet_framework.graph.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
 from hidet_framework.graph.passes.eliminate_dead_code import eliminate_dead_code
 from hidet_framework.graph.passes.fold_constants import fold_constants
-from hidet_framework.graph.passes.partition_fusion_groups import partition_fusion_groups
 from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
 
 GraphPass = Callable[[FlowGraph, GraphPassContext], FlowGraph]
@@ -30,10 +30,6 @@ GRAPH_PASSES: list[GraphPass] = [
     fold_constants,
     eliminate_common_subexpressions,
     eliminate_dead_code,
-]
-
-FUSION_PASSES: list[GraphPass] = [
-    partition_fusion_groups,
 ]
 
 

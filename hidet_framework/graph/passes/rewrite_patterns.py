@@ -2,7 +2,7 @@
 
 A rule is an object registered through ``register_passes`` with
 
-- ``point == "graph_rewrite"``,
+- ``point == "graph_rewrite"`` (``extension.points.GRAPH_REWRITE``),
 - ``op_names``: the operator names it looks at (it is never shown other operators),
 - ``rewrite(op) -> list[Tensor] | None``: replacement tensors for ``op.outputs``
   (same count, shapes and dtypes), built from ``op.inputs``; None leaves `op` alone;
@@ -21,11 +21,12 @@ from __future__ import annotations
 import warnings
 from typing import Any, Sequence
 
+from hidet_framework.extension.points import GRAPH_REWRITE
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder
 from hidet_framework.graph.tensor import Operator, Tensor
 
-REWRITE_POINT = "graph_rewrite"
+REWRITE_POINT = GRAPH_REWRITE
 
 
 class GraphRewriteError(ValueError):

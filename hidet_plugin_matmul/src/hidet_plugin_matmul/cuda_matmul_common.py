@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hidet_framework.ir.layout import index_add, index_div, index_mod, index_mul
-from hidet_framework.ir.mapping import SpatialTaskMapping, TaskMapping
+from hidet_framework.mapping.layout import index_add, index_div, index_mod, index_mul
+from hidet_framework.mapping.task_mapping import SpatialTaskMapping, TaskMapping
 
 
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hidet_framework.ir.layout import mapping_register_layout
-from hidet_framework.ir.mapping import auto_map, repeat, spatial
+from hidet_framework.mapping.layout import mapping_register_layout
+from hidet_framework.mapping.task_mapping import auto_map, repeat, spatial
 from hidet_framework.lang import attrs, f32, register_tensor, script, script_module, shared_tensor, static_range
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy, seq_of, store
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks, target_int, task_dtype, worker_origin

@@ -76,7 +76,7 @@ class TileCopy:
 
 
 def tile_copy(layout: Any, rows: int, cols: int, threads: int, vec: int) -> TileCopy:
-    from hidet_framework.ir.mapping import auto_map
+    from hidet_framework.mapping.task_mapping import auto_map
     from hidet_plugin_matmul.cuda_matmul_common import static_tasks
 
     mapping = auto_map(rows, cols // vec, workers=threads)

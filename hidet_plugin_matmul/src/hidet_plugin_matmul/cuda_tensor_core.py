@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_pad_operands import padded_shapes

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hidet_framework.ir.layout import row_major, swizzle
-from hidet_framework.ir.mapping import spatial
+from hidet_framework.mapping.layout import row_major, swizzle
+from hidet_framework.mapping.task_mapping import spatial
 from hidet_framework.lang import (
     attrs, f32, i32, register_tensor, script, script_module, static_range, u32,
 )

@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
-from hidet_framework.ir.layout import row_major, swizzle
+from hidet_framework.mapping.layout import row_major, swizzle
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype

@@ -15,7 +15,7 @@ from hidet_framework.ir import (
     AssertStmt, BufferStoreStmt, ForStmt, Function, cast, const, equal, if_then_else, logical_and, logical_not,
     logical_or, maximum, minimum, module, not_equal, seq, tensor_type, var,
 )
-from hidet_framework.ir.evaluator import evaluate_function
+from hidet_framework.analysis.evaluator import evaluate_function
 from hidet_plugin_cpu import primitives as P
 from hidet_plugin_cpu.codegen import generate
 

@@ -24,8 +24,8 @@ void vadd(const float *restrict a, const float *restrict b, float *restrict c, i
 
 def vadd_signature(n=None):
     return FunctionSignature("vadd", [
-        ParamSpec("a", "tensor", "float32", (n,)),
-        ParamSpec("b", "tensor", "float32", (n,)),
+        ParamSpec("a", "tensor", "float32", (n,), writes=False),
+        ParamSpec("b", "tensor", "float32", (n,), writes=False),
         ParamSpec("c", "tensor", "float32", (n,)),
         ParamSpec("n", "scalar", "int64"),
     ])

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir.dtypes import vector_type
-from hidet_framework.ir.mapping import auto_map, repeat, spatial
+from hidet_framework.mapping.task_mapping import auto_map, repeat, spatial
 from hidet_framework.ir.types import PointerType
 from hidet_framework.lang import (
     address_of, attrs, cast, deref, f16, f32, i32, parallel, register_tensor, script, script_module,
 )
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 
 RTOL = {np.float32: 1e-5, np.float16: 1e-2}
 _compiled: dict = {}

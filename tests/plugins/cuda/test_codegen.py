@@ -148,7 +148,7 @@ def _tasks():
 @pytest.mark.parametrize("task_index", [0, 1, 2])
 def test_auto_scheduled_tasks_compile(tmp_cache, task_index):
     from hidet_framework.schedule import auto_schedule
-    from hidet_framework.transforms.pipeline import lower
+    from hidet_framework.lowering.pipeline import lower
 
     task = list(_tasks())[task_index]
     scheduled = auto_schedule(task, "cuda")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hidet_framework.ir.mapping import repeat, spatial
+from hidet_framework.mapping.task_mapping import repeat, spatial
 from hidet_framework.lang import (
     attrs, f16, f32, grid, i32, register_tensor, script, script_module, shared_tensor, static_range, u32, unroll,
 )
@@ -29,8 +29,8 @@ def lower(module):
     """The standard cuda lowering pipeline (slices, flat indices, simplification),
     with for-mappings lowered first by their own pass so these tests do not depend on
     which version of the pipeline includes it."""
-    from hidet_framework.transforms.lower_task_mapping import LowerTaskMappingPass
-    from hidet_framework.transforms.pipeline import lower as pipeline_lower
+    from hidet_framework.mapping.lower_task_mapping import LowerTaskMappingPass
+    from hidet_framework.lowering.pipeline import lower as pipeline_lower
 
     return pipeline_lower(LowerTaskMappingPass().run(module, None), "cuda")
 

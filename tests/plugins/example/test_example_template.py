@@ -65,15 +65,16 @@ def test_example_wins_only_where_it_measures_faster(host_with_both, tmp_path, sh
 def test_simple_template_is_correct(a_shape, b_shape):
     from hidet_plugin_cpu import CpuBackend
     from hidet_plugin_example.simple_matmul import SimpleRowMatmul
-    from hidet_plugin_matmul.cpu_harness import compile_candidate
+    from hidet_framework.runtime.compiled_task import compile_scheduled
 
     backend = CpuBackend()
     if not backend.availability().usable:
         pytest.skip(backend.availability().reason)
     template, rng = SimpleRowMatmul(), np.random.default_rng()
     task, attributes = matmul_task(a_shape, b_shape, "float32")
-    for params in template.space(backend.detect_target(), 2):
-        compiled = compile_candidate(template, task, attributes, params, None, backend)
+    target = backend.detect_target()
+    for params in template.space(target, 2):
+        compiled = compile_scheduled(task, template.build(task, attributes, params, target), backend, target)
         a = rng.standard_normal(a_shape).astype(np.float32)
         b = rng.standard_normal(b_shape).astype(np.float32)
         ref = np.matmul(a.astype(np.float64), b)

@@ -23,17 +23,17 @@ def cuda_env():
 def _matmul_error(cuda_env, template, params, a_shape, b_shape, dtype, rng) -> float:
     """Build and run one candidate on fresh random operands, output poisoned with NaN
     first; the relative error against numpy in float64 (unwritten outputs fail)."""
-    from hidet_plugin_matmul.cuda_run import compile_scheduled, run_scheduled
+    from hidet_framework.runtime.compiled_task import compile_scheduled
 
     backend, target, torch = cuda_env
     task, attrs = matmul_task(a_shape, b_shape, dtype)
     st = template.build(task, attrs, params, target)
-    loaded = compile_scheduled(st, backend, target)
+    compiled = compile_scheduled(task, st, backend, target)
     tdt = getattr(torch, dtype)
     a = torch.from_numpy(rng.standard_normal(a_shape).astype(np.float32)).to("cuda", tdt)
     b = torch.from_numpy(rng.standard_normal(b_shape).astype(np.float32)).to("cuda", tdt)
     c = torch.full(tuple(task.outputs[0].shape), float("nan"), dtype=tdt, device="cuda")
-    run_scheduled(loaded, st, [a, b], [c], backend.device)
+    compiled.run([a, b], [c])
     torch.cuda.synchronize()
     ref = np.matmul(a.double().cpu().numpy(), b.double().cpu().numpy())
     got = c.double().cpu().numpy()

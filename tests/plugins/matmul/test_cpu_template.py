@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.backend.contract import Target
-from hidet_plugin_matmul.cpu_harness import compile_candidate
+from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_matmul.cpu_template import CpuPackedMatmul
 from hidet_plugin_matmul.operators import matmul_task
 
@@ -40,7 +40,7 @@ def target(cpu_backend):
 
 def _check(cpu_backend, target, a_shape, b_shape, params, rng):
     task, attributes = matmul_task(a_shape, b_shape, "float32")
-    compiled = compile_candidate(TEMPLATE, task, attributes, params, target, cpu_backend)
+    compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal(b_shape).astype(np.float32)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))

@@ -87,12 +87,14 @@ def _all_jobs():
 @pytest.mark.nvcc
 def test_every_space2_candidate_compiles_to_sm90(tmp_path, monkeypatch):
     _nvrtc_or_skip()
-    from hidet_plugin_matmul.cuda_run import compile_sources
+    from hidet_framework.runtime.compiled_task import build_in_parallel
+    from hidet_plugin_cuda import CudaBackend
 
     monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
     jobs = _all_jobs()
     started = time.perf_counter()
-    results = compile_sources(jobs, arch="sm_90", workers=2)
+    makers = [lambda job=job: job[0].build(job[1], job[2], job[3], job[4]) for job in jobs]
+    results = build_in_parallel(makers, CudaBackend(), _target(), workers=2)
     elapsed = time.perf_counter() - started
     failures = [(jobs[i][3], jobs[i][0].name, err) for i, path, err, _ in results if err]
     assert not failures, f"{len(failures)} of {len(jobs)} candidates failed; first: {failures[0]}"
@@ -104,7 +106,11 @@ def test_every_space2_candidate_compiles_to_sm90(tmp_path, monkeypatch):
 
 @pytest.mark.nvcc
 def test_generated_tensor_core_source_uses_the_instructions():
-    from hidet_plugin_matmul.cuda_run import candidate_source
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_cuda import CudaBackend
+
+    def candidate_source(scheduled, target):
+        return generate_source(scheduled, CudaBackend(), target)
 
     t = CudaTensorCoreMatmul()
     task, attrs = matmul_task((128, 64), (64, 128), "float16")
@@ -147,7 +153,11 @@ def attrs_ops(attrs):
 
 
 def test_simt_emits_no_guard_the_shape_makes_true():
-    from hidet_plugin_matmul.cuda_run import candidate_source
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_cuda import CudaBackend
+
+    def candidate_source(scheduled, target):
+        return generate_source(scheduled, CudaBackend(), target)
 
     t = CudaSimtMatmul()
     p = t.space(_target(), 0)[0]

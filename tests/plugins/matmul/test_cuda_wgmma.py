@@ -66,7 +66,11 @@ def test_primitives_refuse_what_ptx_does_not_have():
 @pytest.mark.nvcc
 def test_source_uses_wgmma_and_builds_for_sm90a():
     from hidet_plugin_cuda.nvrtc_build import build_cubin, needs_arch_specific
-    from hidet_plugin_matmul.cuda_run import candidate_source
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_cuda import CudaBackend
+
+    def candidate_source(scheduled, target):
+        return generate_source(scheduled, CudaBackend(), target)
 
     try:
         from hidet_plugin_cuda.nvrtc_build import choose_compiler

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hidet_framework.graph import FlowGraph, Tensor
-from hidet_framework.ir.evaluator import Evaluator
+from hidet_framework.analysis.evaluator import Evaluator
 from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.schedule import auto_schedule
 

@@ -8,7 +8,7 @@ import pytest
 
 import hidet_framework.ops as ops
 from hidet_framework.graph import symbol
-from hidet_framework.ir.evaluator import evaluate_expr
+from hidet_framework.analysis.evaluator import evaluate_expr
 
 DTYPES = ["float32", "float16"]
 

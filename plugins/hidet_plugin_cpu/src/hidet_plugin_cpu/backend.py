@@ -60,12 +60,19 @@ def check_toolchain() -> Availability:
 class CpuBackend(Backend):
     name = "cpu"
     target_kinds = ("cpu",)
+    preference = 0  # "auto" falls back to the CPU where no preferred backend is usable
+    host = True  # numpy arrays in host memory: constant folding compiles here
 
     def __init__(self) -> None:
         self._device = CpuDevice()
 
     def availability(self) -> Availability:
         return check_toolchain()
+
+    def auto_schedule_kernel(self, stage: Any) -> Any:
+        from .auto_schedule import cpu_stage_kernel
+
+        return cpu_stage_kernel(stage)
 
     def detect_target(self) -> Target:
         from .target import detect_cpu_target

@@ -22,9 +22,14 @@ from hidet_framework.backend.c_style import function_at, source_excerpt
 from .target import detect_cpu_target
 from .vector_math import available_vector_functions, link_flags
 
-__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "compiler_identity", "build_shared_library"]
+__all__ = ["CFLAGS", "LDFLAGS", "CompileError", "CompilerTimeout", "compiler_identity", "build_shared_library",
+           "compiler_timeout"]
 
 COMPILER = os.environ.get("HIDET_FRAMEWORK_CC", "gcc")
+TIMEOUT_ENV = "HIDET_FRAMEWORK_CC_TIMEOUT"
+# A build holds its key's lock; a compiler that never returns would hold it forever.
+# Generous: the largest generated sources take about a minute on a loaded 2-core box.
+DEFAULT_TIMEOUT_S = 900.0
 # -std=c11 (ISO mode) turns floating-point contraction off, so `acc + a * b` would stay a
 # multiply and an add; -ffp-contract=fast lets gcc emit FMA instructions (one rounding,
 # twice the throughput), as every BLAS does. -fno-math-errno lets gcc vectorize calls of
@@ -64,6 +69,24 @@ class CompileError(RuntimeError):
         if len(self.errors) > _MAX_ERRORS_SHOWN:
             parts.append(f"\n... and {len(self.errors) - _MAX_ERRORS_SHOWN} more error line(s)")
         return "\n".join(parts)
+
+
+class CompilerTimeout(RuntimeError):
+    """The C compiler ran past its time limit (``HIDET_FRAMEWORK_CC_TIMEOUT``)."""
+
+
+def compiler_timeout() -> float:
+    """Seconds a compiler run may take: ``$HIDET_FRAMEWORK_CC_TIMEOUT`` or 900."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a positive number of seconds")
+    return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,7 +142,13 @@ def build_shared_library(source: str, *, name: str = "module", cache: BuildCache
         command = [COMPILER, *flags, "-o", os.path.basename(out_path), SOURCE_NAME, *linker_flags()]
         # LC_ALL=C: plain ASCII quotes in diagnostics, whatever the user's locale.
         env = dict(os.environ, LC_ALL="C")
-        result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, env=env)
+        limit = compiler_timeout()
+        try:
+            result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, env=env, timeout=limit)
+        except subprocess.TimeoutExpired:  # run() has killed the compiler by now
+            raise CompilerTimeout(
+                f"{COMPILER} did not finish compiling {name!r} ({source.count(chr(10)) + 1} lines of C) within "
+                f"{limit:g} s; raise {TIMEOUT_ENV} if the machine is just slow") from None
         if result.returncode != 0:
             raise CompileError(result.stderr or result.stdout, source, command)
         return out_path

@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.backend.c_style import PRIMARY, UNARY, CodegenError, CStyleCodegen
-from hidet_framework.backend.signature import FunctionSignature, ParamSpec, param_fields
+from hidet_framework.backend.signature import FunctionSignature, function_signature
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Cast, Constant, Expr, Var
@@ -214,8 +214,7 @@ def generate(module: IRModule, target: Any = None) -> str:
 
 def signatures(module: IRModule) -> dict[str, FunctionSignature]:
     """Signatures of the module's exported (public and cpu_kernel) functions, by name."""
-    return {fn.name: FunctionSignature(fn.name, [ParamSpec(p.hint, *param_fields(p, f"function {fn.name!r}"))
-                                              for p in fn.params])
+    return {fn.name: function_signature(fn, f"function {fn.name!r}")
             for fn in module.functions.values() if fn.kind in ENTRY_KINDS}
 
 

@@ -12,12 +12,16 @@ read-only or empty array, a numpy scalar — falls to a slow path that runs the 
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from hidet_framework.backend.build_cache import read_artifact
 from hidet_framework.backend.contract import LoadedModule
+from hidet_framework.backend.private_files import load_library_bytes
 from hidet_framework.backend.naming import c_identifier
+from hidet_framework.backend.param_access import python_extent
 from hidet_framework.backend.signature import FunctionSignature, check_args, numpy_dtype
 
 __all__ = ["CpuLoadedModule", "CTYPES_SCALAR", "make_caller", "signatures_of"]
@@ -76,6 +80,7 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
         "buf": ctypes.c_char.from_buffer, "slow": _slow_convert, "sig": sig,
     }
     checks: list[str] = []
+    extent_checks: list[str] = []  # last: they read scalar arguments already type-checked
     passed: list[str] = []
     for i, (spec, a) in enumerate(zip(sig.params, names)):
         if spec.kind == "tensor":
@@ -90,6 +95,9 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
                 else:
                     checks.append(f"len({a}.shape) == {len(spec.shape)}")
                     checks += [f"{a}.shape[{d}] == {n}" for d, n in enumerate(spec.shape) if n is not None]
+            for d, expr in enumerate(spec.extents or ()):
+                if expr is not None:  # validated grammar; only a0, a1... names reach the code
+                    extent_checks.append(f"{a}.shape[{d}] == {python_extent(expr, len(names), dict(enumerate(names)))}")
             passed.append(f"byref(buf({a}))")  # raises on size-0 arrays -> slow path
         elif spec.dtype in ("float32", "float64"):
             checks.append(f"type({a}) is float")
@@ -105,7 +113,7 @@ def make_caller(sig: FunctionSignature, cfunc: Any) -> Callable[..., None]:
     # missing argument fails the type checks, and the slow path then reports the arity.
     params = ", ".join(f"{a}=MISSING" for a in names)
     given = ", ".join(names)
-    cond = " and ".join(["not extra", *checks])
+    cond = " and ".join(["not extra", *checks, *extent_checks])
     code = (
         f"def call({params}{', ' if names else ''}*extra):\n"
         f"    if {cond}:\n"
@@ -156,7 +164,9 @@ class CpuLoadedModule(LoadedModule):
     def __init__(self, path: str, signatures: Sequence[FunctionSignature],
                  symbols: Mapping[str, str] | None = None) -> None:
         self.path = path
-        self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        # The checked bytes of the file, loaded from a private copy: nothing reopens
+        # `path` between the ownership/mode/hash checks and dlopen (private_files.py).
+        self._lib = load_library_bytes(read_artifact(path), os.path.basename(path))
         self._functions: dict[str, Callable[..., None]] = {}
         for sig in signatures:
             symbol = (symbols or {}).get(sig.name) or c_identifier(sig.name)
@@ -167,6 +177,7 @@ class CpuLoadedModule(LoadedModule):
             if sig.name in self._functions:
                 raise ValueError(f"duplicate function name {sig.name!r}")
             self._functions[sig.name] = make_caller(sig, cfunc)
+            self._functions[sig.name].library = path  # type: ignore[attr-defined] - what a saved model copies
 
     def function_names(self) -> Sequence[str]:
         return list(self._functions)

@@ -40,6 +40,7 @@ class CudaLoadedModule(LoadedModule):
 class CudaBackend(Backend):
     name = "cuda"
     target_kinds = ("cuda",)
+    preference = 10  # "auto" takes the GPU over the CPU where one is usable
 
     def __init__(self, device_id: int = 0, compiler: str | None = None):
         self.device_id = device_id
@@ -76,6 +77,11 @@ class CudaBackend(Backend):
         except Exception as exc:  # availability must answer, whatever went wrong
             return Availability(False, f"CUDA probe failed: {type(exc).__name__}: {exc}")
 
+    def auto_schedule_kernel(self, stage: Any) -> Any:
+        from .auto_schedule import cuda_stage_kernel
+
+        return cuda_stage_kernel(stage)
+
     def detect_target(self) -> Target:
         """This GPU's target when usable, else the H200 default (sm_90)."""
         from .target import default_cuda_target, detect_cuda_target
@@ -108,11 +114,12 @@ class CudaBackend(Backend):
         arguments), or an IR module, whose specs come from
         ``hidet_plugin_cuda.codegen.kernel_specs(module)``.
         """
+        from hidet_framework.backend.build_cache import read_artifact
+
         from .driver import CudaModule
 
         specs = specs_by_name(self._kernel_specs(module))
-        with open(artifact.path, "rb") as f:
-            image = f.read()
+        image = read_artifact(artifact.path)  # ownership, mode and hash checked on the bytes loaded
         smem_limit = artifact.target.get("smem_per_block_optin")
         return CudaLoadedModule(CudaModule(image, self.device_id), specs, smem_limit)
 

@@ -266,7 +266,7 @@ def launch_function(exprs: Sequence[Any], params: Sequence[Var]) -> Callable[[Se
         code = compile(f"lambda args: ({', '.join(parts)},)", "<hidet launch dims>", "eval")
         return eval(code, {"_c_div": _c_div, "_c_mod": _c_mod, "min": min, "max": max, "int": int})
     except (KeyError, TypeError):
-        from hidet_framework.ir.evaluator import evaluate_expr
+        from hidet_framework.analysis.evaluator import evaluate_expr
 
         def evaluate(args: Sequence[Any]) -> tuple:
             env = {p: a for p, a in zip(params, args) if isinstance(p.type, DataType)}

@@ -13,13 +13,13 @@ from typing import Callable
 
 from hidet_framework.extension import hookimpl
 
-from . import binary, conv, pooling, rewrites, shape_layout, shape_select, unary
+from . import activations, binary, conv, index_ops, pooling, rewrites, shape_layout, shape_select, unary
 
 
 def operators() -> dict[str, Callable]:
     """Every operator this plugin registers, by name."""
     table: dict[str, Callable] = {}
-    for family in (unary, binary, shape_layout, shape_select, pooling, conv):
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops):
         for name, fn in family.OPERATORS.items():
             if name in table:
                 raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")

@@ -1,0 +1,166 @@
+"""Whole models: ours next to onnxruntime on the same inputs, in the same process.
+
+    python bench/models.py --target cpu [--models resnet50,bert_base_s128] [--repeat 10] [--out DIR]
+
+The five ONNX graphs of ``../shared/models`` (ResNet-50, MobileNet-V2, Inception-V3,
+BERT-base and GPT-2 at sequence 128, batch 1; weights stripped) get their weights
+refilled by ``../shared/tools/materialize_onnx.py`` into a temporary folder. For each:
+compile time at ``--space`` (a fresh build and tuning cache unless ``--keep-cache``, so
+identical tasks are compiled once and nothing comes from an earlier run), then
+``--repeat`` interleaved runs of ours and of onnxruntime on the same inputs, both at
+``--threads`` threads (OMP_NUM_THREADS for ours, intra_op_num_threads for
+onnxruntime). Printed per model: max relative error (max |ours - ort| / max |ort|;
+target 1e-4 in fp32), median latencies, ratio = onnxruntime / ours (> 1: we are
+faster), compile time and kernel launches. A model that does not import or compile is
+reported with the reason. The CPU's model name and vector ISA, and the load average
+(the machine may be shared), are printed with the table; ``--out`` writes JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = ["resnet50", "mobilenet_v2", "inception_v3", "bert_base_s128", "gpt2_s128"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _shared_dir() -> str:
+    """``../shared`` next to the repository (or a worktree's main checkout)."""
+    for base in (os.path.join(ROOT, ".."), os.path.join(ROOT, "..", "..")):
+        candidate = os.path.abspath(os.path.join(base, "shared"))
+        if os.path.isdir(os.path.join(candidate, "models")):
+            return candidate
+    return os.path.abspath(os.path.join(ROOT, "..", "shared"))
+
+
+def cpu_description() -> str:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "avx2", "fma") if f in flags]
+    return f"{model} ({', '.join(isa) or 'no AVX'}), {os.cpu_count()} logical CPUs"
+
+
+def _inputs(session, rng):
+    import numpy as np
+
+    feed = {}
+    for i in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        if "int" in i.type:
+            feed[i.name] = rng.integers(0, 1000, shape).astype(np.int64 if "int64" in i.type else np.int32)
+        else:
+            feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feed
+
+
+def bench_model(path: str, args) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+
+    import hidet_framework as hf
+
+    row: dict = {"model": os.path.basename(path)[:-5]}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feed = _inputs(session, np.random.default_rng(0))
+    load_avg = os.getloadavg()[0]
+    try:
+        start = time.perf_counter()
+        graph = hf.load(path)
+        loaded = time.perf_counter()
+        fn = hf.compile(graph, target=args.target, space=args.space)
+        row["compile_s"] = time.perf_counter() - loaded
+        row["import_s"] = loaded - start
+    except Exception as exc:  # a model that does not import or compile is a result
+        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        for line in str(exc).strip().splitlines()[1:4]:
+            row["error"] += " | " + line.strip()[:200]
+        return row
+    names = [t.name for t in graph.inputs]
+    arrays = [feed[i.name] for i in session.get_inputs()]
+    ours, ref = fn(*arrays), session.run(None, feed)
+    ours = list(ours) if isinstance(ours, tuple) else [ours]
+    row["max_rel_err"] = max(float(np.max(np.abs(o.astype(np.float64) - r))) / max(float(np.max(np.abs(r))), 1e-30)
+                             for o, r in zip(ours, ref))
+    ours_t, ort_t = [], []
+    for _ in range(args.repeat):  # interleaved: load changes hit both alike
+        t = time.perf_counter()
+        fn(*arrays)
+        ours_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        session.run(None, feed)
+        ort_t.append(time.perf_counter() - t)
+    row.update(ours_ms=statistics.median(ours_t) * 1e3, ort_ms=statistics.median(ort_t) * 1e3,
+               launches=fn.num_launches, inputs=len(names),
+               load_avg=(load_avg + os.getloadavg()[0]) / 2)
+    row["ratio"] = row["ort_ms"] / row["ours_ms"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--space", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--shared", default=_shared_dir(), help="folder with models/ and tools/ (../shared)")
+    parser.add_argument("--keep-cache", action="store_true", help="use $HIDET_FRAMEWORK_CACHE as it is")
+    parser.add_argument("--out", help="folder for models.json")
+    args = parser.parse_args()
+    if os.environ.get("OMP_NUM_THREADS") != str(args.threads):  # must be set before OpenMP starts
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    os.environ.setdefault("HIDET_FRAMEWORK_QUIET", "1")
+    scratch = tempfile.mkdtemp(prefix="hf-models-")
+    if not args.keep_cache:
+        os.environ["HIDET_FRAMEWORK_CACHE"] = os.path.join(scratch, "cache")
+    print(f"cpu: {cpu_description()}; {args.threads} threads each; space {args.space}; "
+          f"cache {'kept' if args.keep_cache else 'fresh'}; load average at start {os.getloadavg()[0]:.1f}",
+          flush=True)
+    rows = []
+    for name in args.models.split(","):
+        source = os.path.join(args.shared, "models", f"{name}.onnx")
+        path = os.path.join(scratch, f"{name}.onnx")
+        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
+                       check=True)
+        row = bench_model(path, args)
+        os.remove(path)
+        rows.append(row)
+        _print_row(row)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "models.json"), "w") as f:
+            json.dump({"cpu": cpu_description(), "threads": args.threads, "space": args.space, "rows": rows}, f,
+                      indent=1)
+    return 0
+
+
+def _print_row(row: dict) -> None:
+    if "error" in row:
+        print(f"{row['model']:<16} FAILED: {row['error']}", flush=True)
+        return
+    print(f"{row['model']:<16} err {row['max_rel_err']:.1e}  ours {row['ours_ms']:9.2f} ms  ort {row['ort_ms']:8.2f} ms"
+          f"  ratio {row['ratio']:.3f}  compile {row['compile_s']:6.1f} s (import {row['import_s']:.1f} s)"
+          f"  launches {row['launches']}  load {row['load_avg']:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

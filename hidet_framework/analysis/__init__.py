@@ -1,0 +1,1 @@
+"""Analyses over the IR: value bounds of expressions and the pure-Python evaluator."""

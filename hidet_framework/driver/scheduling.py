@@ -1,0 +1,61 @@
+"""Scheduling one task: the tuner's pick among the plugin templates that serve its
+operator on the target, else the rule-based auto-scheduler."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from hidet_framework.backend.signature import numpy_dtype
+from hidet_framework.compute.task import Task
+from hidet_framework.extension import plugin_host
+from hidet_framework.runtime.compile_target import CompileTarget
+from hidet_framework.schedule import ScheduledTask
+
+
+def _random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    carrier = numpy_dtype(dtype)
+    if carrier.kind == "f":
+        return rng.standard_normal(shape).astype(carrier)
+    if carrier.kind == "b":
+        return rng.integers(0, 2, shape).astype(carrier)
+    return rng.integers(0, 8, shape).astype(carrier)  # small: safe as indices and divisors
+
+
+def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
+    """The tuner's `prepare` (run in its build workers: lower + codegen + build, which
+    fills the build cache; returns the lowered module and the artifact) and `measure`
+    (here: load that artifact, time it with the device's timers). Every candidate is
+    timed on the same random inputs, made once: drawing and copying them per candidate
+    would cost more than the timing of large ones."""
+    buffers: dict[str, list] = {}
+
+    def measure(scheduled: ScheduledTask, repeat: int, prepared: tuple) -> list[float]:
+        compiled = target.load(task, scheduled, prepared)
+        device = target.device
+        if not buffers:
+            rng = np.random.default_rng(0)
+            buffers["inputs"] = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng))
+                                 for t in task.inputs]
+            buffers["outputs"] = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
+        return compiled.time(buffers["inputs"], buffers["outputs"], warmup=1, repeat=repeat)
+
+    return target.build, measure
+
+
+def schedule(task: Task, op_name: str, target: CompileTarget, space: int,
+             attributes: dict | None = None) -> tuple[ScheduledTask, Any]:
+    """(the ScheduledTask of `task`, the TuningResult or None): when plugins registered
+    templates for (`op_name`, target kind) that apply to it, the tuner's pick among their
+    candidates (at space level `space`); otherwise the rule-based auto-scheduler."""
+    attributes = dict(attributes or {})
+    templates = [] if not target.uses_templates else [
+        t for t in plugin_host().templates.templates_for(op_name, target.kind)
+        if not hasattr(t, "applies") or t.applies(task, attributes)]
+    if not templates:
+        return target.auto_schedule(task), None
+    from hidet_framework.tuner import tune
+
+    prepare, measure = tuner_hooks(task, target)
+    result = tune(task, attributes, op_name, target.target, templates, space, prepare=prepare, measure=measure)
+    return result.template.build(task, attributes, result.params, target.target), result

@@ -1,0 +1,75 @@
+"""Compiling one task, or one fusion group, for a resolved target; cached in-process.
+
+    compiled = compile_task(task, "cpu")     # -> CompiledTask
+    compiled(x_numpy)                         # numpy in, numpy out
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from hidet_framework.compute.task import Task
+from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
+from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
+from hidet_framework.graph.passes.base import attributes_key
+from hidet_framework.runtime.compiled_task import CompiledTask
+from hidet_framework.driver.scheduling import schedule
+from hidet_framework.driver.targets import resolve_compile_target
+
+_lock = threading.RLock()
+_task_cache: dict[tuple, Any] = {}
+
+
+def compile_task(task: Task, target: Any = "cpu", space: int = 0, *, op_name: str | None = None,
+                 attributes: dict | None = None) -> CompiledTask:
+    """Schedule, lower and build `task` for `target` (a kind, "auto", or a resolved
+    CompileTarget); cached in-process by (task fingerprint, target kind, space,
+    operator name, attributes). `op_name` and `attributes` (the operator's; by default
+    those recorded on the task) select and parameterise templates."""
+    target = resolve_compile_target(target)
+    op_name = op_name or task.name
+    if attributes is None:  # the attributes the operator recorded on its task
+        attributes = dict(task.attributes)
+    key = (task.fingerprint(), target.kind, space, op_name, attributes_key(attributes or {}))
+    with _lock:
+        cached = _task_cache.get(key)
+    if cached is not None:
+        return cached
+    scheduled, tuning = schedule(task, op_name, target, space, attributes)
+    compiled = target.compile(task, scheduled)
+    compiled.tuning = tuning
+    with _lock:
+        return _task_cache.setdefault(key, compiled)
+
+
+def compile_fused(task: Task, group: FusionGroup, target: Any = "cpu", space: int = 0) -> Any:
+    """Compile a fusion group (the ``fused`` operator's `task`) as one kernel: the anchor
+    scheduled as if alone (tuned as usual), its producers and consumers grafted onto
+    its loads and stores. Where a graft is impossible, the members' own compiled tasks
+    run one after another (a ChainedTask, whose ``fallback_reason`` says why).
+    Cached in-process by the fused task's fingerprint, the group's structure and the
+    members' attributes (which, as in `compile_task`, select and parameterise templates)."""
+    target = resolve_compile_target(target)
+    key = ("fused", task.fingerprint(), target.kind, space, group.structure_key(),
+           tuple(attributes_key(dict(m.attributes)) for m in group.members))
+    with _lock:
+        cached = _task_cache.get(key)
+    if cached is not None:
+        return cached
+    anchor = group.anchor_member
+    try:
+        attributes = {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}  # the kernel must take grafts
+        scheduled = fuse_group(schedule(anchor.task, anchor.name, target, space, attributes)[0], group)
+    except FusionError as exc:
+        members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))
+                   for m in group.members]
+        compiled: Any = ChainedTask(task, group, members, str(exc) or type(exc).__name__)
+    else:
+        compiled = target.compile(task, scheduled)
+    with _lock:
+        return _task_cache.setdefault(key, compiled)
+
+
+def clear_task_cache() -> None:
+    with _lock:
+        _task_cache.clear()

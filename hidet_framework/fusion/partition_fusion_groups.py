@@ -1,0 +1,163 @@
+"""Partition the graph into fusion groups and replace each group of two or more
+operators by one ``fused`` operator (DESIGN.md section 7).
+
+Rules, in this order (an operator joins at most one group):
+
+1. Anchors are the operators that are not injective (matmul, reductions, pooling...).
+   Each anchor's output grows an epilogue chain: its single consumer joins when that
+   consumer is injective with one output and a bijection from this input to its output
+   (``Task.inverse_map``), reading one element of it per output element; its other
+   inputs (a bias, a residual) become inputs of the group. Epilogues come first: a value stored once by the anchor is
+   cheaper than one recomputed on every load by the next anchor's prologue.
+2. Each anchor's inputs grow prologue trees: an input's producer joins when it is
+   injective with one output. Producers of producers follow.
+3. What is left is injective. Walking from the graph's outputs backwards, each such
+   operator not yet in a group anchors one (the auto-scheduler iterates over its
+   output) and grows a prologue tree the same way, so an elementwise chain, or a tree
+   of them, becomes one kernel. (Prologues rather than an epilogue chain from the first
+   operator: a prologue needs only injectivity, so broadcasts, slices and trees fuse.)
+
+An edge is fused only when the tensor on it has exactly one use and is not a graph
+output: a tensor read twice or returned must be written to memory anyway. These rules
+need no knowledge of the anchor's kernel; a template that cannot take a graft is found
+when the driver grafts, and that group then runs as separate kernels.
+"""
+from __future__ import annotations
+
+from hidet_framework.fusion.compose_task import compose_task
+from hidet_framework.fusion.graft_epilogue import epilogue_form
+from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
+from hidet_framework.graph.flow_graph import FlowGraph
+from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder
+from hidet_framework.graph.passes.pipeline import GraphPass
+from hidet_framework.graph.tensor import Operator, Tensor
+
+FUSED_OPERATOR = "fused"
+GROUP_ATTRIBUTE = "fusion_group"
+
+
+def _one_output_injective(op: Operator) -> bool:
+    return len(op.outputs) == 1 and op.task.is_injective() and op.outputs[0].size > 0
+
+
+def _bijective_from(op: Operator, position: int) -> bool:
+    try:
+        epilogue_form(op.task, position)
+    except FusionError:
+        return False
+    return True
+
+
+class _Partition:
+    def __init__(self, graph: FlowGraph) -> None:
+        self.graph = graph
+        self.uses: dict[int, list[tuple[Operator, int]]] = {}
+        for op in graph.nodes:
+            for pos, t in enumerate(op.inputs):
+                self.uses.setdefault(t.uid, []).append((op, pos))
+        self.returned = {t.uid for t in graph.outputs}
+        self.group_of: dict[int, int] = {}  # id(op) -> group index
+        self.groups: list[dict] = []
+
+    def _single_use(self, t: Tensor) -> bool:
+        return t.uid not in self.returned and len(self.uses.get(t.uid, ())) == 1
+
+    def _new_group(self, anchor: Operator) -> int:
+        self.groups.append({"anchor": anchor, "prologue": [], "epilogue": []})
+        self.group_of[id(anchor)] = len(self.groups) - 1
+        return len(self.groups) - 1
+
+    def _grow_epilogue(self, g: int) -> None:
+        current = self.groups[g]["anchor"]
+        while len(current.outputs) == 1 and self._single_use(current.outputs[0]):
+            consumer, position = self.uses[current.outputs[0].uid][0]
+            if (id(consumer) in self.group_of or not _one_output_injective(consumer)
+                    or not _bijective_from(consumer, position)):
+                return
+            self.group_of[id(consumer)] = g
+            self.groups[g]["epilogue"].append(consumer)
+            current = consumer
+
+    def _grow_prologue(self, g: int, op: Operator) -> None:
+        for t in op.inputs:
+            producer = t.producer
+            if (producer is None or id(producer) in self.group_of or not self._single_use(t)
+                    or not _one_output_injective(producer)):
+                continue
+            self.group_of[id(producer)] = g
+            self.groups[g]["prologue"].append(producer)
+            self._grow_prologue(g, producer)
+
+    def run(self) -> None:
+        nodes = self.graph.nodes
+        anchored = [self._new_group(op) for op in nodes if not op.task.is_injective()]
+        for g in anchored:
+            self._grow_epilogue(g)
+        for g in anchored:
+            self._grow_prologue(g, self.groups[g]["anchor"])
+        for op in reversed(nodes):
+            if id(op) not in self.group_of:
+                self._grow_prologue(self._new_group(op), op)
+
+
+def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup, list[Tensor], list[Tensor]]:
+    """The FusionGroup of one partition, its external input tensors and its outputs."""
+    anchor = parts["anchor"]
+    roles = {id(anchor): "anchor"}
+    roles.update({id(op): "prologue" for op in parts["prologue"]})
+    roles.update({id(op): "epilogue" for op in parts["epilogue"]})
+    ops = sorted([anchor, *parts["prologue"], *parts["epilogue"]], key=lambda op: position[id(op)])
+    index = {id(op): j for j, op in enumerate(ops)}
+    inputs: list[Tensor] = []
+    members = []
+    for op in ops:
+        sources = []
+        for t in op.inputs:
+            if t.producer is not None and id(t.producer) in index:
+                sources.append(Source("member", index[id(t.producer)]))
+                continue
+            k = next((k for k, x in enumerate(inputs) if x is t), None)
+            if k is None:
+                k = len(inputs)
+                inputs.append(t)
+            sources.append(Source("input", k))
+        members.append(Member(op.name, op.task, dict(op.attributes), roles[id(op)], sources))
+    last = parts["epilogue"][-1] if parts["epilogue"] else anchor
+    outputs = tuple((index[id(last)], o) for o in range(len(last.outputs)))
+    group = FusionGroup(members, index[id(anchor)], outputs, len(inputs))
+    return group, inputs, [last.outputs[o] for _, o in outputs]
+
+
+def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = None) -> FlowGraph:
+    ctx = ctx or GraphPassContext()
+    partition = _Partition(graph)
+    partition.run()
+    position = {id(op): k for k, op in enumerate(graph.nodes)}
+    last_member: dict[int, int] = {}  # group index -> position of its last member
+    for op in graph.nodes:
+        last_member[partition.group_of[id(op)]] = position[id(op)]
+    rebuild = Rebuilder()
+    fused = grouped = 0
+    for op in graph.nodes:
+        g = partition.group_of[id(op)]
+        parts = partition.groups[g]
+        if not parts["prologue"] and not parts["epilogue"]:
+            rebuild.operator(op)
+            continue
+        if position[id(op)] != last_member[g]:
+            continue  # the fused operator is built at the group's last member: its inputs exist by then
+        group, inputs, outputs = _describe_group(parts, position)
+        inputs = [rebuild.resolve(t) for t in inputs]
+        task = compose_task(group, [t.shape for t in inputs], [t.dtype for t in inputs])
+        new = Operator(FUSED_OPERATOR, inputs, task, {GROUP_ATTRIBUTE: group})
+        for old, out in zip(outputs, new.outputs):
+            out.name = old.name
+            rebuild.replace(old, out)
+        fused += 1
+        grouped += len(group.members)
+    ctx.record("partition_fusion_groups", groups=fused, operators_fused=grouped)
+    return rebuild.graph(graph)
+
+
+# The fusion stage's graph passes, run after ``graph.passes.GRAPH_PASSES``.
+FUSION_PASSES: list[GraphPass] = [partition_fusion_groups]

@@ -1,0 +1,78 @@
+"""simplify_expr: run the arithmetic simplifier (``simplifier.simplify``) on every expression,
+knowing the bounds that enclosing statements give:
+
+  * ``for i in range(n)``: i in [0, max(n) - 1] (the body only runs when n > i >= 0);
+  * ``for i, j in m.on(w)``: each variable in [0, task extent) of the mapping;
+  * ``let x = e``: x in the bounds of e.
+
+Statements whose condition becomes constant are resolved: an ``if`` keeps one branch,
+an ``assert`` proven true disappears (so bounds checks on provably safe accesses cost
+nothing), and a loop of extent 0 disappears.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hidet_framework.analysis.bounds import Interval
+from hidet_framework.ir.expr import Constant
+from hidet_framework.ir.func import Function
+from hidet_framework.simplifier.simplify import Simplifier
+from hidet_framework.ir.stmt import AssertStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt
+from hidet_framework.lowering.pass_base import FunctionPass
+
+
+def _empty() -> SeqStmt:
+    return SeqStmt(())
+
+
+class _SimplifyStmts(Simplifier):
+    def visit_ForStmt(self, s: ForStmt) -> Any:
+        extent = self.visit(s.extent)
+        if isinstance(extent, Constant) and extent.value <= 0:
+            return _empty()
+        hi = self.bound(extent).hi
+        if hi != float("inf"):
+            self.bind(s.var, Interval(0, max(hi - 1, 0)))
+        return self._rebuild(s, extent=extent, body=self.visit(s.body))
+
+    def visit_ForMappingStmt(self, s: ForMappingStmt) -> Any:
+        shape = getattr(s.mapping, "task_shape", None)
+        if shape is not None and len(shape) == len(s.vars):
+            for v, extent in zip(s.vars, shape):
+                if isinstance(extent, int):
+                    self.bind(v, Interval(0, extent - 1))
+        return super().visit_ForMappingStmt(s)
+
+    def visit_LetStmt(self, s: LetStmt) -> Any:
+        value = self.visit(s.value)
+        bound = self.bound(value)
+        if bound.is_bounded():
+            self.bind(s.var, bound)
+        return self._rebuild(s, value=value, body=self.visit(s.body))
+
+    def visit_IfStmt(self, s: IfStmt) -> Any:
+        cond = self.visit(s.cond)
+        if isinstance(cond, Constant):
+            chosen = s.then_body if cond.value else s.else_body
+            return _empty() if chosen is None else self.visit(chosen)
+        return self._rebuild(s, cond=cond, then_body=self.visit(s.then_body), else_body=self.visit(s.else_body))
+
+    def visit_AssertStmt(self, s: AssertStmt) -> Any:
+        cond = self.visit(s.cond)
+        if isinstance(cond, Constant) and cond.value:
+            return _empty()
+        return self._rebuild(s, cond=cond)
+
+    def visit_SeqStmt(self, s: SeqStmt) -> Any:
+        stmts = self.visit_seq(s.stmts)
+        if stmts is s.stmts:
+            return s
+        # drop emptied statements, but never merge blocks: a nested block scopes its declarations
+        return SeqStmt(tuple(st for st in stmts if not (isinstance(st, SeqStmt) and not st.stmts)))
+
+
+class SimplifyExpr(FunctionPass):
+    name = "simplify_expr"
+
+    def run_on_function(self, fn: Function, ctx: Any) -> Function:
+        return _SimplifyStmts().visit(fn)

@@ -1,0 +1,164 @@
+"""Build a scheduled task, bind its launches to buffers, run it: the one place that does.
+
+A `ScheduledTask` (an IR module and the launches that run it over input, output and
+workspace buffers) becomes runnable in three steps, each a function here:
+
+    source = generate_source(scheduled, backend, target)      # lower + codegen
+    built = build_scheduled(scheduled, backend, target)       # + build (cached on disk)
+    compiled = load_scheduled(task, scheduled, backend, target, built)   # + load
+    compiled = compile_scheduled(task, scheduled, backend, target)       # all three
+
+and `CompiledTask` binds each launch's function to buffers and runs the launches in
+order. The driver (one task, a fusion group), the tuner's build workers and timing,
+the compiled graph, tests and benchmarks all go through these; nothing else lowers,
+builds or binds a scheduled task. `build_in_parallel` builds many candidates at once
+(compile-only checks). Backends are used only through their contract
+(``hidet_framework.backend.contract.Backend``).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from hidet_framework.backend.signature import numpy_dtype
+from hidet_framework.compute.task import Task
+from hidet_framework.schedule.scheduled_task import ScheduledTask
+
+__all__ = ["CompiledTask", "GraphInputError", "generate_source", "build_scheduled", "load_scheduled",
+           "compile_scheduled", "build_in_parallel"]
+
+
+class GraphInputError(ValueError):
+    """A compiled graph or task was called with the wrong number, dtypes or shapes of inputs."""
+
+
+def _lowered(scheduled: ScheduledTask, target: Any) -> Any:
+    from hidet_framework.lowering.pipeline import lower
+
+    return lower(scheduled.module, target.kind)
+
+
+def generate_source(scheduled: ScheduledTask, backend: Any, target: Any) -> str:
+    """The source code `backend` prints for `scheduled` on `target` (any machine)."""
+    return backend.codegen(_lowered(scheduled, target), target)
+
+
+def build_scheduled(scheduled: ScheduledTask, backend: Any, target: Any) -> tuple:
+    """(lowered module, artifact): lower, codegen and build (through the build cache).
+    Picklable, so the tuner's build workers return it."""
+    lowered = _lowered(scheduled, target)
+    return lowered, backend.build(backend.codegen(lowered, target), target, name=lowered.name)
+
+
+def load_scheduled(task: Task, scheduled: ScheduledTask, backend: Any, target: Any, built: tuple) -> "CompiledTask":
+    """The CompiledTask of what `build_scheduled` returned."""
+    lowered, artifact = built
+    return CompiledTask(task, scheduled, backend.load(artifact, lowered), backend.device, target.kind)
+
+
+def compile_scheduled(task: Task, scheduled: ScheduledTask, backend: Any, target: Any) -> "CompiledTask":
+    """Lower, codegen, build and load `scheduled`."""
+    return load_scheduled(task, scheduled, backend, target, build_scheduled(scheduled, backend, target))
+
+
+class CompiledTask:
+    """A task compiled for one target: launches bound to the backend's functions.
+
+    :param task: the task. :param scheduled: how it was scheduled.
+    :param functions: name -> callable (a LoadedModule). :param device: memory/copies.
+    :param target: the target kind. ``tuning``: the TuningResult that chose the
+        template candidate (set by the driver; None when the auto-scheduler ran).
+    """
+
+    def __init__(self, task: Task, scheduled: ScheduledTask, functions: Any, device: Any, target: str) -> None:
+        self.task, self.scheduled, self.device, self.target = task, scheduled, device, target
+        self.tuning: Any = None
+        self.workspace = tuple(scheduled.workspace)
+        self._calls = tuple((functions[launch.function], launch.buffers, tuple(launch.scalars))
+                            for launch in scheduled.launches)
+
+    def bind(self, inputs: Sequence[Any], outputs: Sequence[Any],
+             workspace: Sequence[Any] = ()) -> list[tuple[Callable[..., None], tuple]]:
+        """(function, arguments) per launch, for buffers fixed once (a compiled graph
+        binds every launch at compile time and then only calls ``fn(*args)``)."""
+        pools = {"input": list(inputs), "output": list(outputs), "workspace": list(workspace)}
+        for kind, want in (("input", len(self.task.inputs)), ("output", len(self.task.outputs)),
+                           ("workspace", len(self.workspace))):
+            if len(pools[kind]) != want:
+                raise ValueError(f"task {self.task.name!r} takes {want} {kind} buffers, got {len(pools[kind])}")
+        return [(fn, tuple(pools[ref.kind][ref.index] for ref in refs) + scalars)
+                for fn, refs, scalars in self._calls]
+
+    def allocate_workspace(self) -> list[Any]:
+        return [self.device.empty(w.shape, w.dtype.name) for w in self.workspace]
+
+    def run(self, inputs: Sequence[Any], outputs: Sequence[Any], workspace: Sequence[Any] | None = None) -> None:
+        """Run the launches on device buffers (workspace allocated when not given)."""
+        for fn, args in self.bind(inputs, outputs, self.allocate_workspace() if workspace is None else workspace):
+            fn(*args)
+
+    def time(self, inputs: Sequence[Any], outputs: Sequence[Any], *, warmup: int = 1, repeat: int = 5) -> list[float]:
+        """Run times in seconds of the launches on these buffers, by the device's timers."""
+        launches = self.bind(inputs, outputs, self.allocate_workspace())
+
+        def run() -> None:
+            for fn, args in launches:
+                fn(*args)
+
+        return self.device.time(run, warmup=warmup, repeat=repeat)
+
+    def __call__(self, *arrays: Any) -> Any:
+        """Numpy in, numpy out (one array, or a tuple for several outputs)."""
+        if len(arrays) != len(self.task.inputs):
+            raise GraphInputError(f"task {self.task.name!r} takes {len(self.task.inputs)} inputs, got {len(arrays)}")
+        device_inputs = []
+        for k, (node, value) in enumerate(zip(self.task.inputs, arrays)):
+            value = np.asarray(value)
+            want = numpy_dtype(node.dtype.name)
+            if value.dtype != want or value.shape != tuple(int(s) for s in node.shape):
+                raise GraphInputError(f"task {self.task.name!r} input {k} ({node.name!r}): expected "
+                                     f"{node.dtype.name}{[int(s) for s in node.shape]}, got {value.dtype}{list(value.shape)}")
+            device_inputs.append(self.device.from_numpy(value))
+        outputs = [self.device.empty([int(s) for s in t.shape], t.dtype.name) for t in self.task.outputs]
+        self.run(device_inputs, outputs)
+        results = [self.device.to_numpy(o) for o in outputs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def __repr__(self) -> str:
+        return (f"CompiledTask({self.task.name!r}, target={self.target!r}, source={self.scheduled.source!r}, "
+                f"launches={len(self._calls)})")
+
+
+# ------------------------------------------------------------------ many at once
+
+_JOBS: dict[str, Any] = {}  # set before the pool forks: the workers read it, nothing is pickled
+
+
+def _build_job(index: int) -> tuple:
+    make, backend, target = _JOBS["jobs"][index], _JOBS["backend"], _JOBS["target"]
+    started = time.perf_counter()
+    try:
+        _, artifact = build_scheduled(make(), backend, target)
+        return index, artifact.path, None, time.perf_counter() - started
+    except Exception as exc:  # a failing candidate is reported, not fatal
+        return index, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+
+
+def build_in_parallel(jobs: Sequence[Callable[[], ScheduledTask]], backend: Any, target: Any,
+                      workers: int | None = None) -> list[tuple]:
+    """Build many scheduled tasks in worker processes (through the build cache). Each
+    job makes its ScheduledTask (e.g. ``lambda: template.build(...)``). Returns, in
+    order, (index, artifact path or None, error or None, seconds) per job."""
+    workers = workers or min(len(jobs), len(os.sched_getaffinity(0))) or 1
+    _JOBS.update(jobs=list(jobs), backend=backend, target=target)
+    try:
+        if workers == 1:
+            return [_build_job(i) for i in range(len(jobs))]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            return sorted(pool.imap_unordered(_build_job, range(len(jobs))), key=lambda r: r[0])
+    finally:
+        _JOBS.clear()

@@ -1,0 +1,1 @@
+"""The expression simplifier: one rewriter (``simplify.py``) and its rule families."""

@@ -1,0 +1,101 @@
+"""The simplifier's rules for integer division and modulo by a positive constant.
+
+They remove or split ``x / c`` and ``x % c`` using the bounds of `x`
+(``hidet_framework.analysis.bounds``): truncating division keeps the sign of `x`, so each
+rule asks for non-negative or finite bounds before it applies, and never lets a
+rewritten sum wrap around its type. ``hidet_framework.simplifier.simplify`` lists them in its
+rule tables for ``div`` and ``mod``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from hidet_framework.ir.dtypes import DataType
+from hidet_framework.ir.expr import BinaryOp, Expr, const
+from hidet_framework.simplifier.simplify_rules_common import fits, is_const, same_int_type
+from hidet_framework.ir.type_infer import infer_type
+
+if TYPE_CHECKING:
+    from hidet_framework.simplifier.simplify import Simplifier
+
+
+def div_mod_by_bounds(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
+    """x / c -> 0 and x % c -> x when |x| < c (truncation keeps the sign of x)."""
+    if not (same_int_type(e.a, e.b) and is_const(e.b) and e.b.value > 0):
+        return None
+    c = e.b.value
+    if s.bound(e.a).within(-(c - 1), c - 1):
+        return const(0, infer_type(e)) if e.op == "div" and s.may_drop(e.a) else e.a if e.op == "mod" else None
+    return None
+
+
+def nested_div_mod(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
+    """(x / a) / b -> x / (a*b) and (x % a) % b -> x % b when b divides a (a, b > 0)."""
+    a = e.a
+    t = same_int_type(e, e.b)
+    if not (t and is_const(e.b) and e.b.value > 0 and isinstance(a, BinaryOp) and a.op == e.op
+            and is_const(a.b) and a.b.value > 0 and same_int_type(a, a.a, a.b)):
+        return None
+    if e.op == "div" and fits(a.b.value * e.b.value, t):
+        return BinaryOp("div", a.a, const(a.b.value * e.b.value, t))
+    if e.op == "mod" and a.b.value % e.b.value == 0:
+        return BinaryOp("mod", a.a, e.b)
+    return None
+
+
+def split_multiples(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
+    """(i*c + j) / c -> i and (i*c + j) % c -> j when 0 <= j < c and the sum is not
+    negative; more generally (c*q + r) / c -> q + r / c and % c -> r % c when both
+    parts are non-negative. Nothing may wrap: all parts must have finite bounds."""
+    t = same_int_type(e, e.a, e.b)
+    if not (t and is_const(e.b) and e.b.value > 0):
+        return None
+    c = e.b.value
+    quotients, rest = [], []
+    for term in _add_terms(e.a, t):
+        q = _exact_quotient(term, c, t)
+        (rest.append(term) if q is None else quotients.append(q))
+    if not quotients:
+        return None
+    whole = s.bound(e.a)
+    multiple = _sum([BinaryOp("mul", q, const(c, t)) for q in quotients])
+    q_sum = _sum(quotients)
+    if not (whole.is_bounded() and s.bound(multiple).is_bounded()):
+        return None
+    if not rest:  # exact: c*q / c == q and c*q % c == 0 whatever the sign
+        return q_sum if e.op == "div" else const(0, t) if s.may_drop(e.a) else None
+    r = _sum(rest)
+    rb = s.bound(r)
+    if not rb.is_bounded() or not s.may_drop(e.a):
+        return None
+    if rb.within(0, c - 1) and (whole.lo >= 0 or s.bound(multiple).lo >= 0):
+        return q_sum if e.op == "div" else r
+    if rb.lo >= 0 and s.bound(multiple).lo >= 0:
+        return BinaryOp("add", q_sum, BinaryOp("div", r, e.b)) if e.op == "div" else BinaryOp("mod", r, e.b)
+    return None
+
+
+def _add_terms(e: Expr, t: DataType) -> list[Expr]:
+    """The terms of a sum (x - c counts as the term -c), all of type `t`."""
+    if isinstance(e, BinaryOp) and infer_type(e) is t and same_int_type(e.a, e.b):
+        if e.op == "add":
+            return _add_terms(e.a, t) + _add_terms(e.b, t)
+        if e.op == "sub" and is_const(e.b) and fits(-e.b.value, t):
+            return _add_terms(e.a, t) + [const(-e.b.value, t)]
+    return [e]
+
+
+def _exact_quotient(term: Expr, c: int, t: DataType) -> Optional[Expr]:
+    if is_const(term) and term.value % c == 0:
+        return const(term.value // c, t)
+    if isinstance(term, BinaryOp) and term.op == "mul" and is_const(term.b) and term.b.value % c == 0:
+        k = term.b.value // c
+        return term.a if k == 1 else BinaryOp("mul", term.a, const(k, t))
+    return None
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    out = terms[0]
+    for term in terms[1:]:
+        out = BinaryOp("add", out, term)
+    return out

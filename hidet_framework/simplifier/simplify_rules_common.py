@@ -1,0 +1,41 @@
+"""What the simplifier's rule modules share: the signature of a rule and small
+questions about integer expressions (their type, whether they are a constant, whether
+a value fits a type)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from hidet_framework.analysis.bounds import type_range
+from hidet_framework.ir.dtypes import DataType
+from hidet_framework.ir.expr import Constant, Expr
+from hidet_framework.ir.type_infer import infer_type
+
+if TYPE_CHECKING:
+    from hidet_framework.simplifier.simplify import Simplifier
+
+# A rule gets the simplifier (for `bound` and `may_drop`) and a node whose children are
+# already simplified; it returns the rewritten node, or None when it does not apply.
+Rule = Callable[["Simplifier", Any], Optional[Expr]]
+
+
+def int_type(e: Expr) -> Optional[DataType]:
+    """The scalar integer type of `e`, or None for any other type."""
+    t = infer_type(e)
+    return t if isinstance(t, DataType) and t.lanes == 1 and t.is_integer() else None
+
+
+def is_const(e: Expr, value: Any = None) -> bool:
+    """Whether `e` is a constant (equal to `value`, when one is given)."""
+    return isinstance(e, Constant) and (value is None or e.value == value)
+
+
+def fits(value: int, t: DataType) -> bool:
+    """Whether the integer `value` is representable in integer type `t`."""
+    full = type_range(t)
+    return full.lo <= value <= full.hi
+
+
+def same_int_type(*exprs: Expr) -> Optional[DataType]:
+    """The common integer type when all `exprs` have the same one, else None."""
+    types = {int_type(e) for e in exprs}
+    return types.pop() if len(types) == 1 and None not in types else None

@@ -1,0 +1,284 @@
+"""CPU templates of the reduce plugin: OpenMP over rows, SIMD lanes inside a row.
+
+One ``cpu_kernel`` per task, one OpenMP parallel region. The task mapping
+``spatial(workers) * repeat(q)`` (``"block"``: worker w owns rows w*q .. w*q+q-1) or
+``repeat(q) * spatial(workers)`` (``"cyclic"``: rows w, w+workers, ...) deals the rows
+to the threads. Inside a row, ``lanes`` independent accumulators (a multiple of the
+SIMD width of the target) take positions r, r+1, ..., so the C compiler turns the lane
+loop into vector instructions and the adds are not one serial dependency chain; the
+lanes are combined once per row. Per family:
+
+- ``reduce`` (sum, mean, max, min, prod, l2, sum_square): one pass. Over
+  non-innermost axes (``inner > 1``) the lanes run along the contiguous inner axis
+  instead: work items are (row, lanes-wide column tile) pairs.
+- ``arg`` (argmax/argmin): one scalar scan per (row, column).
+- ``softmax`` / ``log_softmax``: the row's max (pass 1), then ``exp(x - max)`` kept in
+  a per-thread row buffer while it is summed (pass 2), then the output from that
+  buffer (pass 3): one exp per element, and x is read from memory once (pass 2 reads
+  it again from the cache).
+- ``norm`` (layer, rms, instance, group): the mean (around the row's first element),
+  the variance of deviations, then the output; again x comes from memory once.
+
+Inputs are read only as ``x[full index]`` and outputs written only as
+``y[full index] = value``, once per element (fusion grafts onto both).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.expr import cast, const, maximum, minimum
+from hidet_framework.ir.func import Function
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.ir.math_functions import exp, log, rsqrt, sqrt
+from hidet_framework.ir.types import TensorType
+from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.tuner.template import Template
+
+from .row_access import FAMILIES, RowAccess, accumulator_dtype
+
+__all__ = ["CpuRowTemplate", "cpu_space"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ------------------------------------------------------------------ reduction algebra
+
+CORE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min", "prod": "prod", "l2": "sum", "sum_square": "sum"}
+
+
+def init_value(core: str, dtype: Any):
+    if core == "sum":
+        return const(0, dtype)
+    if core == "prod":
+        return const(1, dtype)
+    return const(dtype.min_value() if core == "max" else dtype.max_value(), dtype)
+
+
+def combine(core: str, a: Any, b: Any):
+    if core == "sum":
+        return a + b
+    if core == "prod":
+        return a * b
+    return maximum(a, b) if core == "max" else minimum(a, b)
+
+
+def transform(kind: str, v: Any):
+    return v * v if kind in ("l2", "sum_square") else v
+
+
+def finish(kind: str, acc: Any, count: int):
+    if kind == "mean":
+        return acc / const(count, acc_type(acc))
+    if kind == "l2":
+        return sqrt(acc)
+    return acc
+
+
+def acc_type(e: Any):
+    from hidet_framework.ir.type_infer import infer_type
+
+    return infer_type(e)
+
+
+# ------------------------------------------------------------------ space
+
+def cpu_facts(target: Any) -> dict:
+    bits = int(target.get("vector_bits", 256))
+    return {"cores": max(1, int(target.get("cores", 1))), "lanes": max(1, bits // 32)}
+
+
+def cpu_space(target: Any, level: int) -> list[dict]:
+    """From the target only: threads = cores; accumulators = 1, 2 or 4 SIMD vectors of
+    float32; rows dealt in blocks or cyclically. The default first."""
+    f = cpu_facts(target)
+    out = [{"workers": f["cores"], "lanes": 2 * f["lanes"], "order": "block"}]
+    if level == 0:
+        return out
+    for vectors in (2, 1, 4):
+        for order in ("block", "cyclic"):
+            c = {"workers": f["cores"], "lanes": vectors * f["lanes"], "order": order}
+            if c not in out:
+                out.append(c)
+    return out
+
+
+class RowDeal:
+    """Which rows (or work items) a worker runs: ``spatial(workers)`` gives each worker
+    its slot; ``"block"`` runs rows slot*q .. slot*q+q-1, ``"cyclic"`` rows slot,
+    slot+workers, ... (the mappings ``spatial(workers) * repeat(q)`` and
+    ``repeat(q) * spatial(workers)``, with the repeat kept as a real loop: q follows the
+    row count and must not be unrolled)."""
+
+    def __init__(self, workers: int, count: int, order: str) -> None:
+        self.workers, self.count, self.order = workers, count, order
+        self.per_worker = max(1, _ceil_div(count, workers))
+        self.slots = spatial(workers)
+
+    def row(self, slot, k):
+        return slot * self.per_worker + k if self.order == "block" else k * self.workers + slot
+
+
+def _rows(workers: int, count: int, order: str) -> RowDeal:
+    return RowDeal(workers, count, order)
+
+
+# ------------------------------------------------------------------ kernels
+
+def _reduce_rows(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+    workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
+    core = CORE[kind]
+    outer, extent = acc.outer, acc.extent
+    blocks = extent // lanes
+    rows = _rows(workers, outer, p["order"])
+
+    @script
+    def reduce_rows(x: xt, y: yt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            part = local_tensor(adt, [lanes])
+            for slot in rows.slots.on(w):
+                for k in range(rows.per_worker):
+                    row = rows.row(slot, k)
+                    if row < outer:
+                        for j in range(lanes):
+                            part[j] = init_value(core, adt)
+                        for rb in range(blocks):
+                            for j in range(lanes):
+                                part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, row, rb * lanes + j)))
+                        for r in range(blocks * lanes, extent):
+                            part[0] = combine(core, part[0], transform(kind, acc.load(x, adt, row, r)))
+                        total = part[0]
+                        for j in range(1, lanes):
+                            total = combine(core, total, part[j])
+                        acc.store_row(y, finish(kind, total, extent), row)
+
+    return reduce_rows
+
+
+def _reduce_columns(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+    workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
+    core = CORE[kind]
+    outer, extent, inner = acc.outer, acc.extent, acc.inner
+    tiles = _ceil_div(inner, lanes)
+    items = outer * tiles
+    work = _rows(workers, items, p["order"])
+
+    @script
+    def reduce_columns(x: xt, y: yt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            part = local_tensor(adt, [lanes])
+            for slot in work.slots.on(w):
+                for k in range(work.per_worker):
+                    item = work.row(slot, k)
+                    if item < items:
+                        o = item / tiles
+                        i0 = (item % tiles) * lanes
+                        for j in range(lanes):
+                            part[j] = init_value(core, adt)
+                        if i0 + lanes <= inner:
+                            for r in range(extent):
+                                for j in range(lanes):
+                                    part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, o, r, i0 + j)))
+                            for j in range(lanes):
+                                acc.store_row(y, finish(kind, part[j], extent), o, i0 + j)
+                        else:
+                            for r in range(extent):
+                                for j in range(inner - i0):
+                                    part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, o, r, i0 + j)))
+                            for j in range(inner - i0):
+                                acc.store_row(y, finish(kind, part[j], extent), o, i0 + j)
+
+    return reduce_columns
+
+
+def _arg_scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last: bool):
+    workers = int(p["workers"])
+    outer, extent, inner = acc.outer, acc.extent, acc.inner
+    items = outer * inner
+    work = _rows(workers, items, p["order"])
+    is_max = acc.kind == "argmax"
+
+    @script
+    def arg_scan(x: xt, y: yt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            for slot in work.slots.on(w):
+                for k in range(work.per_worker):
+                    item = work.row(slot, k)
+                    if item < items:
+                        o = item / inner
+                        i = item % inner
+                        best = acc.load(x, adt, o, 0, i)
+                        pos = 0
+                        for r in range(1, extent):
+                            v = acc.load(x, adt, o, r, i)
+                            if (v >= best if last else v > best) if is_max else (v <= best if last else v < best):
+                                best = v
+                                pos = r
+                        acc.store_row(y, cast(pos, dtypes.int64), o, i)
+
+    return arg_scan
+
+
+def _softmax_rows(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
+    workers, lanes = int(p["workers"]), int(p["lanes"])
+    outer, extent = acc.outer, acc.extent
+    blocks = extent // lanes
+    rows = _rows(workers, outer, p["order"])
+    f32 = dtypes.float32
+    log_form = acc.kind == "log_softmax"
+    wt = TensorType(f32, (workers * extent,))
+
+    @script
+    def softmax_rows(x: xt, y: yt, ebuf: wt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            part = local_tensor(f32, [lanes])
+            base = w * extent
+            for slot in rows.slots.on(w):
+                for k in range(rows.per_worker):
+                    row = rows.row(slot, k)
+                    if row < outer:
+                        for j in range(lanes):
+                            part[j] = init_value("max", f32)
+                        for rb in range(blocks):
+                            for j in range(lanes):
+                                part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
+                        for r in range(blocks * lanes, extent):
+                            part[0] = maximum(part[0], acc.load(x, f32, row, r))
+                        top = part[0]
+                        for j in range(1, lanes):
+                            top = maximum(top, part[j])
+                        for j in range(lanes):
+                            part[j] = 0.0
+                        for rb in range(blocks):
+                            for j in range(lanes):
+                                e = exp(acc.load(x, f32, row, rb * lanes + j) - top)
+                                ebuf[base + rb * lanes + j] = e
+                                part[j] = part[j] + e
+                        for r in range(blocks * lanes, extent):
+                            e = exp(acc.load(x, f32, row, r) - top)
+                            ebuf[base + r] = e
+                            part[0] = part[0] + e
+                        total = part[0]
+                        for j in range(1, lanes):
+                            total = total + part[j]
+                        if log_form:
+                            shift = top + log(total)
+                            for r in range(extent):
+                                acc.store(y, acc.load(x, f32, row, r) - shift, row, r)
+                        else:
+                            inv = 1.0 / total
+                            for r in range(extent):
+                                acc.store(y, ebuf[base + r] * inv, row, r)
+
+    return softmax_rows

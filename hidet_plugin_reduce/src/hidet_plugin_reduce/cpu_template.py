@@ -1,0 +1,149 @@
+"""The CPU template of every reduce-plugin operator that has a row form: the norm
+kernel (layer, rms, instance, group norm) and the `Template` that picks the kernel of
+an operator's family (kernels of the other families: ``cpu_rows.py``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.expr import const
+from hidet_framework.ir.func import Function
+from hidet_framework.ir.math_functions import rsqrt
+from hidet_framework.ir.types import TensorType
+from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.tuner.template import Template
+
+from .cpu_rows import _arg_scan, _reduce_columns, _reduce_rows, _rows, _softmax_rows, cpu_space
+from .row_access import FAMILIES, RowAccess, accumulator_dtype
+
+__all__ = ["CpuRowTemplate", "build_cpu"]
+
+
+def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, epsilon: float, has_bias: bool):
+    """Pass 1: the mean, as pivot + mean(x - pivot) (layer/instance/group norm); pass 2:
+    the variance of deviations (rms_norm: the mean square); pass 3: the output."""
+    workers, lanes = int(p["workers"]), int(p["lanes"])
+    outer, extent = acc.outer, acc.extent
+    blocks = extent // lanes
+    rows = _rows(workers, outer, p["order"])
+    f32 = dtypes.float32
+    centered = acc.kind != "rms_norm"
+    inv_count = 1.0 / extent
+
+    @script
+    def norm_rows(x: xt, scale: st, bias: bt, y: yt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            part = local_tensor(f32, [lanes])
+            for slot in rows.slots.on(w):
+                for k in range(rows.per_worker):
+                    row = rows.row(slot, k)
+                    if row < outer:
+                        mean = 0.0
+                        if centered:
+                            pivot = acc.load(x, f32, row, 0)
+                            for j in range(lanes):
+                                part[j] = 0.0
+                            for rb in range(blocks):
+                                for j in range(lanes):
+                                    part[j] = part[j] + (acc.load(x, f32, row, rb * lanes + j) - pivot)
+                            for r in range(blocks * lanes, extent):
+                                part[0] = part[0] + (acc.load(x, f32, row, r) - pivot)
+                            total = part[0]
+                            for j in range(1, lanes):
+                                total = total + part[j]
+                            mean = pivot + total * inv_count
+                        for j in range(lanes):
+                            part[j] = 0.0
+                        for rb in range(blocks):
+                            for j in range(lanes):
+                                d = acc.load(x, f32, row, rb * lanes + j) - mean
+                                part[j] = part[j] + d * d
+                        for r in range(blocks * lanes, extent):
+                            d = acc.load(x, f32, row, r) - mean
+                            part[0] = part[0] + d * d
+                        sq = part[0]
+                        for j in range(1, lanes):
+                            sq = sq + part[j]
+                        rstd = rsqrt(sq * inv_count + epsilon)
+                        for r in range(extent):
+                            v = (acc.load(x, f32, row, r) - mean) * rstd * acc.load_param(scale, f32, row, r)
+                            if has_bias:
+                                v = v + acc.load_param(bias, f32, row, r)
+                            acc.store(y, v, row, r)
+
+    return norm_rows
+
+
+def _without_param(fn: Any, index: int) -> Any:
+    """The script function's IR with parameter `index` (unused) removed."""
+    ir = fn.ir if hasattr(fn, "ir") else fn
+    params = [q for k, q in enumerate(ir.params) if k != index]
+    return Function(ir.name, params, ir.body, ir.kind, ir.ret_type, ir.attrs)
+
+
+def build_cpu(operator: str, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+              target: Any) -> ScheduledTask:
+    acc = RowAccess(operator, attributes)
+    x, y = task.inputs[0], task.outputs[0]
+    xt, yt = TensorType(x.dtype, x.shape), TensorType(y.dtype, y.shape)
+    name = f"{operator}_cpu_{acc.family}"
+    adt = accumulator_dtype(x.dtype)
+    family = acc.family
+    workspace: tuple = ()
+    buffers = [BufferRef("input", 0), BufferRef("output", 0)]
+    if family == "reduce":
+        fn = (_reduce_rows if acc.inner == 1 else _reduce_columns)(acc, xt, yt, adt, params, name)
+        module = script_module(fn, name=name)
+    elif family == "arg":
+        fn = _arg_scan(acc, xt, yt, adt, params, name, bool(attributes.get("select_last_index", False)))
+        module = script_module(fn, name=name)
+    elif family == "softmax":
+        fn = _softmax_rows(acc, xt, yt, params, name)
+        module = script_module(fn, name=name)
+        workspace = (WorkspaceSpec("exp_rows", "float32", (int(params["workers"]) * acc.extent,)),)
+        buffers.append(BufferRef("workspace", 0))
+    else:
+        has_bias = len(task.inputs) == 3
+        s = task.inputs[1]
+        b = task.inputs[2] if has_bias else s
+        st, bt = TensorType(s.dtype, s.shape), TensorType(b.dtype, b.shape)
+        fn = _norm_rows(acc, xt, st, bt, yt, params, name, float(attributes["epsilon"]), has_bias)
+        ir = fn.ir if has_bias else _without_param(fn, 2)
+        from hidet_framework.ir.func import module as ir_module
+
+        module = ir_module(name, [ir])
+        buffers = [BufferRef("input", k) for k in range(len(task.inputs))] + [BufferRef("output", 0)]
+    launch = Launch(name, tuple(buffers))
+    return ScheduledTask(module, (launch,), workspace, source=f"reduce.cpu.{operator}", params=dict(params))
+
+
+class CpuRowTemplate(Template):
+    """One operator of the reduce plugin on the CPU (see cpu_rows.py)."""
+
+    target = "cpu"
+    version = "1"
+    priority = 10
+
+    def __init__(self, operator: str) -> None:
+        self.operator = operator
+        self.name = f"reduce.cpu.{operator}"
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        if not attributes.get("contiguous") or int(attributes.get("extent", 0)) < 1:
+            return False
+        if any(int(s) == 0 for s in attributes.get("shape", ())):
+            return False
+        family = FAMILIES[self.operator]
+        if family in ("softmax", "norm") and int(attributes["inner"]) != 1:
+            return False  # a softmax over a non-innermost axis: the auto-scheduler
+        return True
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return cpu_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        return build_cpu(self.operator, task, attributes, params, target)
