@@ -129,7 +129,48 @@ def _matmul(rng, m, k, n, constant_b=True):
     return inputs, ours, (lambda *xs: xs[0] @ (w if constant_b else xs[1])), onnx_graph, (ref, None)
 
 
+def _softmax(rng):
+    import hidet_framework as hf
+    shape = (8 * 12 * 128, 128)    # BERT-base attention scores at sequence 128 (batch 8)
+    a = rng.standard_normal(shape).astype(np.float32) * 4
+
+    def ours():
+        x = hf.symbol(shape, "float32")
+        return hf.trace(hf.ops.softmax(x, axis=-1), inputs=[x])
+
+    def onnx_graph(h):
+        return [h.make_node("Softmax", ["x"], ["y"], axis=-1)], [], [("x", shape)], [("y", shape)]
+
+    e = np.exp(a.astype(np.float64) - a.max(axis=-1, keepdims=True))
+    return [a], ours, None, onnx_graph, (e / e.sum(axis=-1, keepdims=True), None)
+
+
+def _layer_norm(rng):
+    import hidet_framework as hf
+    shape = (8 * 128, 768)         # BERT-base hidden states at sequence 128 (batch 8)
+    a = rng.standard_normal(shape).astype(np.float32)
+    gamma = rng.standard_normal(shape[-1]).astype(np.float32)
+    beta = rng.standard_normal(shape[-1]).astype(np.float32)
+
+    def ours():
+        x = hf.symbol(shape, "float32")
+        return hf.trace(hf.ops.layer_norm(x, hf.constant(gamma), hf.constant(beta), axis=-1, epsilon=1e-5),
+                        inputs=[x])
+
+    def onnx_graph(h):
+        node = h.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)
+        return [node], [("g", gamma), ("b", beta)], [("x", shape)], [("y", shape)]
+
+    x64 = a.astype(np.float64)
+    mean, var = x64.mean(axis=-1, keepdims=True), x64.var(axis=-1, keepdims=True)
+    return [a], ours, None, onnx_graph, ((x64 - mean) / np.sqrt(var + 1e-5) * gamma + beta, None)
+
+
 def build_case(name, rng):
+    if name == "softmax":
+        return _softmax(rng)
+    if name == "layer_norm":
+        return _layer_norm(rng)
     if name == "gelu_erf":
         return _gelu(rng, "none")
     if name == "gelu_tanh":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from hidet_framework.backend.contract import Target
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 from hidet_plugin_cpu.codegen import generate
 from hidet_plugin_example.simple_matmul import SimpleRowMatmul
 from hidet_plugin_matmul.cpu_space import cpu_matmul_space

@@ -17,7 +17,7 @@ from hidet_framework.graph.passes.base import GraphPassContext
 from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
 from hidet_plugin_matmul import cpu_prepack
 from hidet_plugin_matmul.cpu_gemv import CpuPrepackedMatmul, gemv_space
-from hidet_plugin_matmul.cpu_harness import compile_candidate
+from hidet_framework.runtime.compiled_task import compile_scheduled
 
 TEMPLATE = CpuPrepackedMatmul()
 
@@ -59,7 +59,7 @@ def test_gemv_candidates_against_float64(cpu_backend, rng, mkn):
     ref = a.astype(np.float64) @ b.astype(np.float64)
     space = gemv_space(target, 1, nr)
     for params in [space[0], space[-1]] + [p for p in space if p["mr"] == 1][:1] + [dict(space[0], kc=16)]:
-        compiled = compile_candidate(TEMPLATE, task, attributes, params, target, cpu_backend)
+        compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
         c = np.full((m, n), np.nan, np.float32)
         compiled.run([a, _packed(b, nr)], [c])
         assert not np.isnan(c).any(), f"{params}: an output element was never written"
