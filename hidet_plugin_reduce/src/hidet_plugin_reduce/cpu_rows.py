@@ -28,17 +28,14 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, const, maximum, minimum
-from hidet_framework.ir.func import Function
-from hidet_framework.ir.mapping import spatial
-from hidet_framework.ir.math_functions import exp, log, rsqrt, sqrt
+from hidet_framework.mapping.task_mapping import spatial
+from hidet_framework.ir.math_functions import exp, log, sqrt
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
+from hidet_framework.lang import attrs, local_tensor, parallel, script
 
-from .row_access import FAMILIES, RowAccess, accumulator_dtype
+from .row_access import RowAccess
 
-__all__ = ["CpuRowTemplate", "cpu_space"]
+__all__ = ["cpu_space", "RowDeal", "CORE", "combine", "finish", "init_value", "transform"]
 
 
 def _ceil_div(a: int, b: int) -> int:
