@@ -25,6 +25,7 @@ CASES = [
     (minimum(j, 3), j, KEEP), (maximum(j, 3), const(3), KEEP),
     (minimum(j, 4), j, j), (maximum(j, 4), const(4), const(4)),
     (maximum(m, -3), m, KEEP), (minimum(m, -3), const(-3), KEEP),
+    (minimum(j + 3, 3), const(3), const(3)), (maximum(3, j + 3), j + 3, j + 3),  # equal at one end
     (j < 4, const(True), KEEP), (j <= 3, const(True), KEEP), (j >= 0, const(True), const(True)),
     (m < -3, const(False), KEEP), (m >= -3, const(True), KEEP),
 ]
