@@ -187,12 +187,12 @@ def _batch_norm(ctx):
 
 @converter("LayerNormalization", needs=("layer_norm",))
 def _layer_norm(ctx):
-    if any(name for name in ctx.node.output[1:]):
-        raise ctx.error("the Mean and InvStdDev outputs are not supported")
     x = ctx.tensor(0)
     bias = ctx.tensor(2) if ctx.has(2) else None
+    # the optional Mean and InvStdDev outputs: layer_norm returns (y, mean, inv_std_dev)
+    stats = any(name for name in ctx.node.output[1:])
     return ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=int(ctx.attr("axis", -1)),
-                                epsilon=float(ctx.attr("epsilon", 1e-5)))
+                                epsilon=float(ctx.attr("epsilon", 1e-5)), return_stats=stats)
 
 
 @converter("InstanceNormalization", needs=("instance_norm",))
