@@ -218,7 +218,7 @@ def variant_kernel(variant: Variant, target=None):
 
 
 def lower(module):
-    from hidet_framework.mapping.lower_task_mapping import LowerTaskMappingPass
+    from hidet_framework.lowering.lower_task_mapping import LowerTaskMappingPass
     from hidet_framework.lowering.pipeline import lower as pipeline_lower
 
     return pipeline_lower(LowerTaskMappingPass().run(module, None), "cuda")

@@ -26,12 +26,12 @@ MOVED_MODULES: dict[str, str] = {
     "hidet_framework.ir.simplify": "hidet_framework.simplifier.simplify",
     "hidet_framework.ir.simplify_div_mod": "hidet_framework.simplifier.simplify_div_mod",
     "hidet_framework.ir.simplify_rules_common": "hidet_framework.simplifier.simplify_rules_common",
-    # the task-mapping and layout algebra, with its lowering
+    # the task-mapping and layout algebra (its lowering, TaskMapping.lower, with it)
     "hidet_framework.ir.mapping": "hidet_framework.mapping.task_mapping",
     "hidet_framework.ir.layout": "hidet_framework.mapping.layout",
-    "hidet_framework.transforms.lower_task_mapping": "hidet_framework.mapping.lower_task_mapping",
     # lowering
     "hidet_framework.transforms": "hidet_framework.lowering",
+    "hidet_framework.transforms.lower_task_mapping": "hidet_framework.lowering.lower_task_mapping",
     "hidet_framework.transforms.flatten_tensor_index": "hidet_framework.lowering.flatten_tensor_index",
     "hidet_framework.transforms.flatten_tensor_slice": "hidet_framework.lowering.flatten_tensor_slice",
     "hidet_framework.transforms.insert_bounds_check": "hidet_framework.lowering.insert_bounds_check",

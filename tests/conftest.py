@@ -81,3 +81,14 @@ def isolated_plugin_host(monkeypatch: pytest.MonkeyPatch):
         yield plugin_host()
     finally:
         reset_plugin_host(previous)
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random inputs every run; the seed is printed (shown when the test fails).
+    (tests/graph and tests/plugins keep their own; this serves every other folder.)"""
+    import numpy as np
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed} for {request.node.name}")
+    return np.random.default_rng(seed)

@@ -32,6 +32,7 @@ from hidet_framework.ir.stmt import (
 )
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, TensorType
+from hidet_framework.mapping.layout import layout_of
 
 
 class EvaluationError(RuntimeError):
@@ -65,7 +66,7 @@ class Buffer:
             return indices[0]
         if len(indices) == 1 and self.ttype.rank != 1:
             return indices[0]  # a flattened access: the element offset (lowering/flatten_tensor_index)
-        layout = self.ttype.get_layout()
+        layout = layout_of(self.ttype)
         return int(ev.eval_expr(layout(*[const(i) for i in indices])))
 
 
@@ -189,7 +190,7 @@ class Evaluator(_Dispatch):
             start = target.base if isinstance(target, PointerValue) else 0
             self.env[s.var] = Buffer(target.flat[start:], t)
         elif isinstance(t, TensorType):
-            size = int(self.eval_expr(_as_expr(t.get_layout().size)))
+            size = int(self.eval_expr(_as_expr(layout_of(t).size)))
             np_dtype = np.dtype("float32" if t.dtype.name == "bfloat16" else t.dtype.numpy_name)
             flat = np.empty(size, dtype=np_dtype)
             flat.fill(np.nan if np_dtype.kind == "f" else 0x5A)

@@ -200,7 +200,7 @@ class CStyleCodegen(CExprPrinter):
             self.stmt(st)
 
     def stmt_ForMappingStmt(self, s: Any) -> None:
-        raise CodegenError("ForMappingStmt reached the code generator: run mapping.lower_task_mapping first")
+        raise CodegenError("ForMappingStmt reached the code generator: run lowering.lower_task_mapping first")
 
     def stmt_DeclareStmt(self, s: Any) -> None:
         v, t = s.var, s.var.type

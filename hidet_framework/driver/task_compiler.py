@@ -20,7 +20,7 @@ _lock = threading.RLock()
 _task_cache: dict[tuple, Any] = {}
 
 
-def compile_task(task: Task, target: Any = "cpu", space: int = 0, *, op_name: str | None = None,
+def compile_task(task: Task, target: Any = "auto", space: int = 0, *, op_name: str | None = None,
                  attributes: dict | None = None) -> CompiledTask:
     """Schedule, lower and build `task` for `target` (a kind, "auto", or a resolved
     CompileTarget); cached in-process by (task fingerprint, target kind, space,
@@ -42,7 +42,7 @@ def compile_task(task: Task, target: Any = "cpu", space: int = 0, *, op_name: st
         return _task_cache.setdefault(key, compiled)
 
 
-def compile_fused(task: Task, group: FusionGroup, target: Any = "cpu", space: int = 0) -> Any:
+def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: int = 0) -> Any:
     """Compile a fusion group (the ``fused`` operator's `task`) as one kernel: the anchor
     scheduled as if alone (tuned as usual), its producers and consumers grafted onto
     its loads and stores. Where a graft is impossible, the members' own compiled tasks

@@ -1,4 +1,4 @@
-"""Post-scheduling fusion (DESIGN.md section 7): producers and consumers grafted onto
+"""Post-scheduling fusion (docs/design.md, Fusion): producers and consumers grafted onto
 a scheduled anchor's tensor-element reads and stores.
 
 ``plan`` describes a group; ``graft_prologue`` / ``graft_epilogue`` rewrite a kernel's

@@ -101,18 +101,17 @@ class BoundKernel:
         self.workspace = tuple(scheduled.workspace)
         self.source, self.params = scheduled.source, scheduled.params
         self.calls = [(launch.function, tuple(launch.scalars)) for launch in scheduled.launches]
-        pools = {"input": list(input_keys), "output": list(output_keys),
-                 "workspace": [("workspace", k) for k in range(len(self.workspace))]}
         self.bindings: dict[str, list[Hashable]] = {}
-        for launch in scheduled.launches:
-            keys = [pools[ref.kind][ref.index] for ref in launch.buffers]
-            if self.bindings.setdefault(launch.function, keys) != keys:
+        bound = scheduled.bind(input_keys, output_keys, [("workspace", k) for k in range(len(self.workspace))])
+        for name, buffers, scalars in bound:
+            keys = list(buffers)
+            if self.bindings.setdefault(name, keys) != keys:
                 # one function over two sets of buffers: a graft would have to fork it
-                raise FusionError(f"function {launch.function!r} is launched over different buffers")
-            fn = self.functions[launch.function]
-            if len(fn.params) != len(keys) + len(launch.scalars):
+                raise FusionError(f"function {name!r} is launched over different buffers")
+            fn = self.functions[name]
+            if len(fn.params) != len(keys) + len(scalars):
                 raise FusionError(f"function {fn.name!r} takes {len(fn.params)} parameters, its launch "
-                                  f"passes {len(keys)} buffers and {len(launch.scalars)} scalars")
+                                  f"passes {len(keys)} buffers and {len(scalars)} scalars")
 
     def sites(self, key: Hashable) -> list[tuple[str, Var]]:
         """(function name, parameter) for every buffer parameter bound to `key`."""

@@ -1,5 +1,5 @@
 """Partition the graph into fusion groups and replace each group of two or more
-operators by one ``fused`` operator (DESIGN.md section 7).
+operators by one ``fused`` operator (docs/design.md, Fusion).
 
 Rules, in this order (an operator joins at most one group):
 

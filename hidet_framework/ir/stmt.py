@@ -70,7 +70,7 @@ class ForStmt(Stmt):
 class ForMappingStmt(Stmt):
     """``for vars in mapping.on(worker)``: run `body` for each task the task mapping
     assigns to `worker`, in the mapping's order. Lowered to loops and index arithmetic
-    by ``mapping.lower_task_mapping``.
+    by ``lowering.lower_task_mapping``.
 
     :param vars: one loop variable per task dimension.
     :param mapping: a ``hidet_framework.mapping.task_mapping.TaskMapping``.

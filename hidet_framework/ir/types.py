@@ -44,20 +44,13 @@ class TensorType:
     :param dtype: element type.
     :param shape: extents; Python ints or integer expressions.
     :param layout: maps indices to an element offset; ``None`` means row-major over
-        `shape`. See ``hidet_framework.mapping.layout``.
+        `shape` (``hidet_framework.mapping.layout.layout_of`` gives either). The IR
+        never imports the layout algebra: it sits above the IR.
     """
 
     dtype: DataType = attrs.field(converter=data_type)
     shape: tuple = attrs.field(converter=tuple)
     layout: "Layout | None" = None
-
-    def get_layout(self) -> "Layout":
-        """The layout, row-major over the shape when none was given."""
-        if self.layout is not None:
-            return self.layout
-        from hidet_framework.mapping.layout import row_major
-
-        return row_major(*self.shape)
 
     @property
     def rank(self) -> int:

@@ -4,7 +4,7 @@
     p: ~f32               p[k]          ->  p[k]                  (pointers already flat)
 
 The offset is the tensor type's layout applied to the indices
-(``TensorType.get_layout()``), so swizzled or composed layouts lower the same way.
+(``mapping.layout.layout_of``), so swizzled or composed layouts lower the same way.
 After this pass the C-style backends print ``a[offset]`` and declare tensors as flat
 arrays of ``layout.size`` elements.
 
@@ -24,6 +24,7 @@ from hidet_framework.simplifier.simplify import same_expr, simplify
 from hidet_framework.ir.stmt import BufferStoreStmt, DeclareStmt
 from hidet_framework.ir.types import TensorType, tensor_type
 from hidet_framework.lowering.pass_base import FunctionPass
+from hidet_framework.mapping.layout import layout_of
 
 
 class FlattenError(ValueError):
@@ -32,7 +33,7 @@ class FlattenError(ValueError):
 
 def _identity_rank1(t: TensorType) -> bool:
     probe = Var("i", "int32")
-    return same_expr(simplify(t.get_layout()(probe)), probe)
+    return same_expr(simplify(layout_of(t)(probe)), probe)
 
 
 class _Flatten(IRRewriter):
@@ -47,11 +48,11 @@ class _Flatten(IRRewriter):
             return base, indices  # already an element offset
         if len(indices) != t.rank:
             raise FlattenError(f"{base.hint}: {t} takes {t.rank} indices, got {len(indices)}")
-        offset = t.get_layout()(*indices)
+        offset = layout_of(t)(*indices)
         if t.rank == 1 and base not in self.retyped:
             if not _identity_rank1(t):
                 raise FlattenError(f"parameter {base.hint}: a rank-1 tensor with the non-identity "
-                                   f"layout {t.get_layout()} cannot be passed flat")
+                                   f"layout {layout_of(t)} cannot be passed flat")
             return base, indices
         return self.retyped.get(base, base), (offset,)
 
@@ -78,5 +79,5 @@ class FlattenTensorIndex(FunctionPass):
         for decl in collect(fn.body, DeclareStmt):
             t = decl.var.type
             if isinstance(t, TensorType) and t.rank == 1 and not _identity_rank1(t):
-                retyped[decl.var] = Var(decl.var.hint, tensor_type(t.dtype, (t.get_layout().size,)))
+                retyped[decl.var] = Var(decl.var.hint, tensor_type(t.dtype, (layout_of(t).size,)))
         return _Flatten(retyped).visit(fn)

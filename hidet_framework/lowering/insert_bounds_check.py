@@ -30,6 +30,7 @@ from hidet_framework.ir.stmt import (
 )
 from hidet_framework.ir.types import TensorType
 from hidet_framework.lowering.pass_base import FunctionPass
+from hidet_framework.mapping.layout import layout_of
 
 
 def _access_checks(base: Any, indices: tuple) -> list[tuple[Expr, str]]:
@@ -38,7 +39,7 @@ def _access_checks(base: Any, indices: tuple) -> list[tuple[Expr, str]]:
         return []
     t, name = base.type, base.hint
     if len(indices) == 1 and t.rank != 1:
-        pairs = [("flat offset", indices[0], t.get_layout().size)]
+        pairs = [("flat offset", indices[0], layout_of(t).size)]
     else:
         pairs = [(f"index {d}", index, extent) for d, (index, extent) in enumerate(zip(indices, t.shape))]
     return [(logical_and(convert(0) <= index, index < convert(extent)),

@@ -79,7 +79,7 @@ def lowering_pipeline(target_kind: str) -> list[Pass]:
     from hidet_framework.lowering.flatten_tensor_index import FlattenTensorIndex
     from hidet_framework.lowering.flatten_tensor_slice import FlattenTensorSlice
     from hidet_framework.lowering.insert_bounds_check import InsertBoundsCheck
-    from hidet_framework.mapping.lower_task_mapping import LowerTaskMapping
+    from hidet_framework.lowering.lower_task_mapping import LowerTaskMapping
     from hidet_framework.lowering.simplify_expr import SimplifyExpr
     from hidet_framework.lowering.unroll_loops import UnrollLoops
     from hidet_framework.lowering.widen_index_arithmetic import WidenIndexArithmetic

@@ -353,8 +353,7 @@ class SwizzleLayout(Layout):
         return f"swizzle({self.base}, vector={self.vector}, period={self.period}, row_step={self.row_step})"
 
 
-# ---------------------------------------------------------------------------------
-# constructors
+# ------------------------------------------------------------------- constructors
 
 
 def dense(*shape: Index, ranks: Sequence[int] | None = None) -> DenseLayout:
@@ -364,6 +363,10 @@ def dense(*shape: Index, ranks: Sequence[int] | None = None) -> DenseLayout:
 
 def row_major(*shape: Index) -> DenseLayout:
     return DenseLayout(shape, tuple(range(len(shape))))
+
+
+def layout_of(tensor_type: Any) -> "Layout":  # a TensorType's own layout, else row-major over its shape
+    return tensor_type.layout if tensor_type.layout is not None else row_major(*tensor_type.shape)
 
 
 def column_major(*shape: Index) -> DenseLayout:
@@ -386,11 +389,9 @@ def swizzle(base: Layout, *, vector: int = 1, period: int | None = None, row_ste
 
 def mapping_register_layout(mapping: Any) -> Layout:
     """The mirror layout of a task mapping: per worker, its tasks' elements of a tile
-    of shape ``mapping.task_shape``, indexed by global tile coordinates.
-
-    Spatial parts become `local` (other workers hold those), repeat parts become
-    `dense` with the same ranks, so the offset of the j-th task of
-    ``mapping.worker2task(w)`` is j for every worker w."""
+    of shape ``mapping.task_shape``, indexed by global tile coordinates. Spatial parts
+    become `local` (other workers hold those), repeat parts become `dense` with the
+    same ranks, so the offset of the j-th task of ``mapping.worker2task(w)`` is j."""
     from hidet_framework.mapping.task_mapping import RepeatTaskMapping  # mapping imports layout
 
     parts = [DenseLayout(a.shape, a.ranks) if isinstance(a, RepeatTaskMapping) else LocalLayout(a.shape)

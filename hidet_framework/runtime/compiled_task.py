@@ -78,20 +78,18 @@ class CompiledTask:
         self.task, self.scheduled, self.device, self.target = task, scheduled, device, target
         self.tuning: Any = None
         self.workspace = tuple(scheduled.workspace)
-        self._calls = tuple((functions[launch.function], launch.buffers, tuple(launch.scalars))
-                            for launch in scheduled.launches)
+        self._functions = {launch.function: functions[launch.function] for launch in scheduled.launches}
 
     def bind(self, inputs: Sequence[Any], outputs: Sequence[Any],
              workspace: Sequence[Any] = ()) -> list[tuple[Callable[..., None], tuple]]:
         """(function, arguments) per launch, for buffers fixed once (a compiled graph
         binds every launch at compile time and then only calls ``fn(*args)``)."""
-        pools = {"input": list(inputs), "output": list(outputs), "workspace": list(workspace)}
-        for kind, want in (("input", len(self.task.inputs)), ("output", len(self.task.outputs)),
-                           ("workspace", len(self.workspace))):
-            if len(pools[kind]) != want:
-                raise ValueError(f"task {self.task.name!r} takes {want} {kind} buffers, got {len(pools[kind])}")
-        return [(fn, tuple(pools[ref.kind][ref.index] for ref in refs) + scalars)
-                for fn, refs, scalars in self._calls]
+        for kind, given, want in (("input", inputs, len(self.task.inputs)), ("output", outputs, len(self.task.outputs)),
+                                  ("workspace", workspace, len(self.workspace))):
+            if len(given) != want:
+                raise ValueError(f"task {self.task.name!r} takes {want} {kind} buffers, got {len(given)}")
+        return [(self._functions[name], buffers + scalars)
+                for name, buffers, scalars in self.scheduled.bind(inputs, outputs, workspace)]
 
     def allocate_workspace(self) -> list[Any]:
         return [self.device.empty(w.shape, w.dtype.name) for w in self.workspace]
@@ -130,7 +128,7 @@ class CompiledTask:
 
     def __repr__(self) -> str:
         return (f"CompiledTask({self.task.name!r}, target={self.target!r}, source={self.scheduled.source!r}, "
-                f"launches={len(self._calls)})")
+                f"launches={len(self.scheduled.launches)})")
 
 
 # ------------------------------------------------------------------ many at once

@@ -7,7 +7,7 @@ function in order with the task's input, output and workspace buffers.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import attrs
 
@@ -62,3 +62,12 @@ class ScheduledTask:
     workspace: tuple = attrs.field(default=(), converter=tuple)
     source: str = "auto"
     params: Any = None
+
+    def bind(self, inputs: Sequence[Any], outputs: Sequence[Any],
+             workspace: Sequence[Any] = ()) -> list[tuple[str, tuple, tuple]]:
+        """(function name, buffer arguments, scalars) of each launch, in order, with
+        every `BufferRef` resolved against these buffers (device arrays, or any keys:
+        fusion binds parameters to names). The one place launches meet buffers."""
+        pools = {"input": list(inputs), "output": list(outputs), "workspace": list(workspace)}
+        return [(launch.function, tuple(pools[ref.kind][ref.index] for ref in launch.buffers), tuple(launch.scalars))
+                for launch in self.launches]

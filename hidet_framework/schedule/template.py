@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from hidet_framework.backend.contract import Target
 
-# Candidates per template at each space level (DESIGN.md section 8).
+# Candidates per template at each space level (docs/design.md, Spaces and tuning).
 SPACE_LIMITS = {0: 1, 1: 30, 2: 200}
 
 

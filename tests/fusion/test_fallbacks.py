@@ -156,10 +156,8 @@ def test_engine_grafts_into_every_launch_of_a_multi_stage_anchor(rng):
     assert len(fused.launches) == 2
     xv = rng.standard_normal((3, 5)).astype(np.float32)
     out, ws = np.full((3, 5), np.nan, np.float32), np.full((3,), np.nan, np.float32)
-    pools = {"input": [xv], "output": [out], "workspace": [ws]}
-    for launch in fused.launches:
-        evaluate_function(fused.module.functions[launch.function],
-                          *[pools[r.kind][r.index] for r in launch.buffers], module=fused.module)
+    for name, buffers, scalars in fused.bind([xv], [out], [ws]):
+        evaluate_function(fused.module.functions[name], *buffers, *scalars, module=fused.module)
     np.testing.assert_allclose(out, 2 * xv - (2 * xv).max(1, keepdims=True), rtol=1e-6)
 
 

@@ -1,4 +1,4 @@
-"""Laws of layouts (DESIGN.md section 4), as hypothesis properties.
+"""Laws of layouts (docs/design.md, Task mappings and layouts), as hypothesis properties.
 
 Layouts are drawn from a small grammar (dense with any dimension order, swizzle,
 composition, concatenation) with extents <= 4 so bijections can be checked on every
@@ -19,7 +19,7 @@ from hidet_framework.analysis.evaluator import evaluate_expr, evaluate_function
 from hidet_framework.ir.expr import var
 from hidet_framework.ir.func import Function
 from hidet_framework.mapping.layout import (
-    ComposedLayout, ConcatLayout, Layout, column_major, dense, local, mapping_register_layout,
+    ComposedLayout, ConcatLayout, Layout, column_major, dense, layout_of, local, mapping_register_layout,
     row_major, swizzle,
 )
 from hidet_framework.mapping.task_mapping import repeat, spatial
@@ -130,8 +130,8 @@ def test_errors():
 def test_tensor_type_default_layout_is_row_major():
     m, k = var("m"), var("k")
     t = tensor_type("float32", [m, k])
-    assert t.get_layout() == row_major(m, k)
-    assert evaluate_expr(t.get_layout().size, {m: 5, k: 7}) == 35
+    assert layout_of(t) == row_major(m, k)
+    assert evaluate_expr(layout_of(t).size, {m: 5, k: 7}) == 35
 
 
 def test_symbolic_layouts_compare_structurally_across_variables():

@@ -20,7 +20,7 @@ from hidet_framework.ir.stmt import (
     AssignStmt, BufferStoreStmt, DeclareStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, ReturnStmt, SeqStmt, seq,
 )
 from hidet_framework.ir.types import tensor_type
-from hidet_framework.mapping.lower_task_mapping import LowerTaskMapping
+from hidet_framework.lowering.lower_task_mapping import LowerTaskMapping
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Laws of task mappings (DESIGN.md section 4), as hypothesis properties.
+"""Laws of task mappings (docs/design.md, Task mappings and layouts), as hypothesis properties.
 
 Sizes stay small (extents <= 3, three factors at most) so every property can look at
 every worker and every task.

@@ -20,7 +20,7 @@ region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
 Everything is private to a worker, so there is no barrier inside the task: under a
 loaded machine one slow thread delays only its own share.
 
-Fusion (DESIGN.md section 7): inputs are read only by the packing loops, through
+Fusion (docs/design.md, Fusion): inputs are read only by the packing loops, through
 tensor-element reads ``a[element_index(...)]`` / ``b[...]``; the output is written only
 by ``c[...] = value`` in the final store, exactly once per element. Partial sums of
 the K blocks therefore live in a workspace, never in C.

@@ -189,10 +189,21 @@ def _batch_norm(ctx):
 def _layer_norm(ctx):
     x = ctx.tensor(0)
     bias = ctx.tensor(2) if ctx.has(2) else None
-    # the optional Mean and InvStdDev outputs: layer_norm returns (y, mean, inv_std_dev)
-    stats = any(name for name in ctx.node.output[1:])
-    return ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=int(ctx.attr("axis", -1)),
-                                epsilon=float(ctx.attr("epsilon", 1e-5)), return_stats=stats)
+    axis, eps = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
+    y = ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps)
+    if not any(name for name in ctx.node.output[1:]):
+        return y
+    if ctx.attr("stash_type", 1) != 1:
+        raise ctx.error("stash_type other than 1 (float32) is not supported for the Mean and InvStdDev outputs")
+    # the optional outputs, in float32 (the stash type): the mean and 1/sqrt(var + eps)
+    # over x.shape[axis:], with the reduced axes kept
+    axes = list(range(axis + x.rank if axis < 0 else axis, x.rank))
+    xf = x if x.dtype.name == "float32" else ctx.op("cast")(x, "float32")
+    mean = ctx.op("reduce_mean")(xf, axes=axes, keepdims=True)
+    centered = ctx.op("sub")(xf, mean)
+    var = ctx.op("reduce_mean")(ctx.op("mul")(centered, centered), axes=axes, keepdims=True)
+    inv_std = ctx.op("rsqrt")(ctx.op("add")(var, ctx.as_tensor(np.asarray(eps, np.float32))))
+    return [y, mean, inv_std]
 
 
 @converter("InstanceNormalization", needs=("instance_norm",))
@@ -269,6 +280,19 @@ def _spatial_mean_alternative(node, known: dict):
     return ("global_avg_pool2d", "reshape")
 
 
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else (False if dtype.kind == "b" else np.iinfo(dtype).min)
+
+
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else (True if dtype.kind == "b" else np.iinfo(dtype).max)
+
+
+# the value of a reduction over an empty set, by operator
+_EMPTY_SET = {"reduce_sum": lambda d: 0, "reduce_sum_square": lambda d: 0, "reduce_l2": lambda d: 0,
+              "reduce_prod": lambda d: 1, "reduce_max": _lowest, "reduce_min": _highest}
+
+
 def _reduction(op_type: str, name: str) -> None:
     def convert(ctx: NodeContext):
         from hidet_framework.extension import plugin_host
@@ -283,6 +307,15 @@ def _reduction(op_type: str, name: str) -> None:
         if name not in plugin_host().operators and op_type == "ReduceMean" and _is_spatial_mean(axes, x.rank):
             y = ctx.op("global_avg_pool2d")(x)
             return y if keepdims else ctx.op("reshape")(y, list(x.shape[:2]))
+        axes = [a + x.rank if a < 0 else a for a in axes]
+        if any(x.shape[a] == 0 for a in axes) and name in _EMPTY_SET:
+            # a reduction over nothing is its identity element, known at import
+            shape = [1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes]
+            return np.full(shape, _EMPTY_SET[name](value_dtype(x.dtype)), dtype=value_dtype(x.dtype))
+        if x.dtype.is_bool() and name in ("reduce_max", "reduce_min"):
+            # max and min of booleans are any and all: reduce their 0/1 bytes
+            y = ctx.op(name)(ctx.op("cast")(x, "uint8"), axes=axes, keepdims=keepdims)
+            return ctx.op("cast")(y, "bool")
         return ctx.op(name)(x, axes=axes, keepdims=keepdims)
 
     alternative = _spatial_mean_alternative if op_type == "ReduceMean" else None

@@ -29,7 +29,7 @@ def lower(module):
     """The standard cuda lowering pipeline (slices, flat indices, simplification),
     with for-mappings lowered first by their own pass so these tests do not depend on
     which version of the pipeline includes it."""
-    from hidet_framework.mapping.lower_task_mapping import LowerTaskMappingPass
+    from hidet_framework.lowering.lower_task_mapping import LowerTaskMappingPass
     from hidet_framework.lowering.pipeline import lower as pipeline_lower
 
     return pipeline_lower(LowerTaskMappingPass().run(module, None), "cuda")

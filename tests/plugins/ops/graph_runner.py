@@ -88,10 +88,8 @@ def run_with_evaluator(outputs: Tensor | Sequence[Tensor], feed: Mapping[Tensor,
             "workspace": [poisoned(w.shape, w.dtype.numpy_name) for w in scheduled.workspace],
         }
         evaluator = Evaluator(scheduled.module, primitives)
-        for launch in scheduled.launches:
-            fn = scheduled.module.functions[launch.function]
-            args = [buffers[ref.kind][ref.index] for ref in launch.buffers] + list(launch.scalars)
-            evaluator.call_function(fn, args)
+        for name, args, scalars in scheduled.bind(buffers["input"], buffers["output"], buffers["workspace"]):
+            evaluator.call_function(scheduled.module.functions[name], list(args + scalars))
         for t, array in zip(op.outputs, buffers["output"]):
             values[t.uid] = array
     return [values[t.uid] for t in outs]
