@@ -86,7 +86,6 @@ def reference(op: str, arrays: list) -> np.ndarray:
 # ------------------------------------------------------------------ cpu
 
 def ort_session(op: str, shape: tuple, threads: int):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 

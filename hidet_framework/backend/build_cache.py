@@ -17,9 +17,11 @@ Safety properties:
 
 - Loading a shared library runs its constructors, so a cache another user can write
   to is a code-execution hole. The root and its folders are created 0700; a root owned
-  by someone else is refused. A folder of ours that group or others could write is
-  repaired to 0700 *and emptied*: whatever it held may have been planted while it was
-  open, so a once-world-writable cache is never trusted after the repair.
+  by someone else, or a shared sticky folder such as /tmp, is refused. A folder of ours
+  that group or others could write is repaired to 0700 and what the cache keeps below
+  it is discarded (for the root: builds/ and tuning/, never the user's other files):
+  whatever it held may have been planted while it was open, so a once-world-writable
+  cache is never trusted after the repair.
 - Every file that is read back (sidecar, artifact) goes through
   :func:`~hidet_framework.backend.private_files.read_private`: each folder from the root
   down and the file itself must be owned by this user, not group- or world-writable and
@@ -80,10 +82,13 @@ def cache_root() -> str:
     return os.path.abspath(root)
 
 
-def secure_dir(path: str) -> str:
+def secure_dir(path: str, *, discard_if_exposed: bool = True) -> str:
     """Create `path` (and parents) private to this user, or check an existing one:
-    refuse a directory owned by someone else; a directory of ours that group or others
-    could write is tightened to 0700 and emptied (its contents are not trusted)."""
+    refuse a directory owned by someone else, or a shared one (world-writable with the
+    sticky bit, like /tmp); a directory of ours that group or others could write is
+    tightened to 0700 and, with `discard_if_exposed` (the cache's own folders), emptied:
+    its contents are not trusted. The root is never emptied (it may be a folder the user
+    keeps other things in); BuildCache empties its builds/ and tuning/ instead."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except FileExistsError:
@@ -100,17 +105,26 @@ def secure_dir(path: str) -> str:
             f"cache directory {path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); "
             f"refusing to load code from it. Set {ENV_VAR} to a directory of your own.")
     mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_ISVTX and mode & 0o002:
+        raise CacheSecurityError(f"cache folder {path} is a shared folder (mode {mode:o}, like /tmp); set "
+                                 f"{ENV_VAR} to a folder of your own inside it")
     if mode & 0o077:
         # makedirs honours the umask and an old root may predate us: tighten it to 0700.
         os.chmod(path, 0o700)
         if mode & 0o022:  # others could write here: anything inside may be theirs
-            _empty_folder(path)
+            if discard_if_exposed:
+                _empty_folder(path)
+            _EXPOSED.add(path)
             warnings.warn(f"cache folder {path} was writable by group or others (mode {mode:o}); it is "
-                          f"now 0700 and what it held was discarded", CacheWarning, stacklevel=2)
+                          f"now 0700" + (" and what it held was discarded" if discard_if_exposed else ""),
+                          CacheWarning, stacklevel=2)
     if not os.access(path, os.W_OK | os.X_OK):
         raise CacheError(f"cache folder {path} is not writable; set {ENV_VAR} to a writable folder "
                          f"of your own (or chmod u+rwx it)")
     return path
+
+
+_EXPOSED: set[str] = set()  # folders found writable by others (and repaired) in this process
 
 
 def _empty_folder(path: str) -> None:
@@ -182,7 +196,12 @@ class BuildCache:
     """Built artifacts by content key. See the module docstring for the layout."""
 
     def __init__(self, root: str | None = None) -> None:
-        self.root = secure_dir(os.path.abspath(root or cache_root()))
+        self.root = secure_dir(os.path.abspath(root or cache_root()), discard_if_exposed=False)
+        if self.root in _EXPOSED:  # whatever the open root let others plant below it goes
+            _EXPOSED.discard(self.root)
+            for sub in ("builds", "tuning"):
+                if os.path.isdir(os.path.join(self.root, sub)):
+                    _remove(os.path.join(self.root, sub))
         self.builds_dir = secure_dir(os.path.join(self.root, "builds"))
         self._locks_dir = secure_dir(os.path.join(self.builds_dir, "locks"))
         self._tmp_dir = secure_dir(os.path.join(self.builds_dir, "tmp"))

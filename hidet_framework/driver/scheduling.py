@@ -54,8 +54,12 @@ def schedule(task: Task, op_name: str, target: CompileTarget, space: int,
         if not hasattr(t, "applies") or t.applies(task, attributes)]
     if not templates:
         return target.auto_schedule(task), None
+    from hidet_framework.schedule.template import build_scheduled
     from hidet_framework.tuner import tune
 
     prepare, measure = tuner_hooks(task, target)
-    result = tune(task, attributes, op_name, target.target, templates, space, prepare=prepare, measure=measure)
-    return result.template.build(task, attributes, result.params, target.target), result
+    # build_scheduled: a template whose build() fails or returns no ScheduledTask is
+    # named with its plugin, instead of an AttributeError deep in lowering
+    result = tune(task, attributes, op_name, target.target, templates, space, prepare=prepare, measure=measure,
+                  build=build_scheduled)
+    return build_scheduled(result.template, task, attributes, result.params, target.target), result

@@ -216,3 +216,32 @@ def test_read_only_cache_folder_says_so_even_for_root(isolated_build_cache, monk
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a non-root user gets
     with pytest.raises(CacheError, match="not writable.*HIDET_FRAMEWORK_CACHE"):
         BuildCache.default()
+
+
+def test_an_exposed_root_is_repaired_without_touching_the_users_files(isolated_build_cache):
+    cache, calls = BuildCache.default(), []
+    path, _ = cache.get_or_build(PARTS, _builder(b"good", calls))
+    notes = isolated_build_cache / "notes.txt"  # the root may be a folder the user keeps things in
+    notes.write_text("mine")
+    (isolated_build_cache / "tuning").mkdir()
+    (isolated_build_cache / "tuning" / "planted.json").write_text("{}")
+    os.chmod(isolated_build_cache, 0o777)
+    with pytest.warns(CacheWarning, match="was writable by group or others"):
+        cache = BuildCache.default()
+    assert stat.S_IMODE(os.stat(isolated_build_cache).st_mode) == 0o700
+    assert notes.read_text() == "mine"
+    assert not os.path.exists(path) and not (isolated_build_cache / "tuning" / "planted.json").exists()
+    assert not cache.get_or_build(PARTS, _builder(b"good", calls))[1]
+
+
+def test_a_shared_sticky_folder_is_refused_as_a_root(isolated_build_cache):
+    from hidet_framework.backend.build_cache import CacheSecurityError
+
+    isolated_build_cache.mkdir()
+    os.chmod(isolated_build_cache, 0o1777)
+    try:
+        with pytest.raises(CacheSecurityError, match="shared folder"):
+            BuildCache.default()
+        assert stat.S_IMODE(os.stat(isolated_build_cache).st_mode) == 0o1777  # left as it is
+    finally:
+        os.chmod(isolated_build_cache, 0o700)

@@ -114,9 +114,12 @@ def test_a_higher_priority_overrides_visibly(make_host):
     reset_plugin_host(host)
     try:
         table = CliRunner().invoke(cli, ["plugins"], env={"COLUMNS": "250"})
+        as_json = CliRunner().invoke(cli, ["plugins", "--json"])
     finally:
         reset_plugin_host()
-    assert table.exit_code == 0 and "overrides operators: matmul (priority 10, over 'base')" in table.output
+    assert table.exit_code == 0 and "overrides" in table.output
+    rows = {r["name"]: r for r in json.loads(as_json.output)}
+    assert rows["zzz"]["overrides"] == ["operators: matmul (priority 10, over 'base')"]
 
 
 def test_a_lower_priority_loses_whatever_the_load_order(make_host):

@@ -127,3 +127,115 @@ def test_validate_record_returns_the_templates_own_candidate():
     template, params, why = validate_record({"template": "recA", "params": {"tile": 8}}, templates, TARGET, 1)
     assert template is templates[0] and params == {"tile": 8} and why == ""
     assert validate_record({"template": "recA", "params": {"tile": 8.0}}, templates, TARGET, 1)[0] is None
+
+
+# -- the tuning key's fields and the record's round trip (mutation-testing survivors) --
+
+def test_target_and_operator_are_part_of_the_key(cache):
+    from hidet_framework.backend.contract import Target
+
+    templates = _templates()
+    assert not _tune(cache, templates).from_cache
+    other_target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    again = tune(_task(), {}, "scale", other_target, templates, 1, prepare=lambda s: None, measure=_measure,
+                 cache=cache, workers=1)
+    assert not again.from_cache
+    other_op = tune(_task(), {}, "scale_again", TARGET, templates, 1, prepare=lambda s: None, measure=_measure,
+                    cache=cache, workers=1)
+    assert not other_op.from_cache
+    assert _tune(cache, templates).from_cache
+
+
+def test_level_0_never_reads_the_cache(cache):
+    templates = _templates()
+    key = TuningCache.key(_task().fingerprint(), TARGET.fingerprint(), "scale", [("recA", "1")], 0)
+    cache.put(key, {"template": "recA", "version": "1", "params": {"tile": 32}})  # valid, but not the default
+    result = _tune(cache, templates, level=0)
+    assert result.params == {"tile": 4} and not result.from_cache  # the default, untouched
+
+
+def test_a_record_round_trips_every_field(cache):
+    FAKE_COSTS.update(rt=lambda t: {4: 1.2, 8: 1.1, 16: 1.0, 32: 3.0}[t])  # three within 1.25x of the leader
+
+    templates = [FakeTemplate("rt", [4, 8, 16, 32])]
+    first = _tune(cache, templates)
+    assert first.params == {"tile": 16} and first.seconds == 1.0  # not the first of the close ones
+    assert first.candidates == 4 and first.failures == () and 0.0 <= first.tuning_seconds < 60
+    with open(_only_record(cache)) as f:
+        stored = json.load(f)
+    assert stored == {"template": "rt", "version": "1", "params": {"tile": 16}, "seconds": 1.0,
+                      "candidates": 4, "tuning_seconds": first.tuning_seconds}
+    again = _tune(cache, templates)
+    assert again.from_cache and again.params == {"tile": 16} and again.seconds == 1.0
+    assert again.candidates == 4 and again.failures == () and again.tuning_seconds == 0.0
+
+
+def test_a_single_candidate_is_returned_without_timing(cache):
+    FAKE_COSTS.update(one=lambda t: 5.0)
+    result = _tune(cache, [FakeTemplate("one", [8])])
+    assert result.params == {"tile": 8} and result.seconds == 0.0 and result.candidates == 1
+    assert result.failures == () and 0.0 <= result.tuning_seconds < 60 and result.from_cache is False
+    assert not os.path.exists(cache.root) or not os.listdir(cache.root)  # nothing worth caching
+
+
+# -- the search's boundaries (mutation-testing survivors of tuner.py) --
+
+def _timed(cache, costs, tiles):
+    FAKE_COSTS.update(edge=lambda t: costs[t])
+    timings = []
+
+    def measure(scheduled, repeat, prepared=None):
+        timings.append((scheduled[1], repeat))
+        return _measure(scheduled, repeat)
+
+    result = tune(_task(), {}, "scale", TARGET, [FakeTemplate("edge", tiles)], 1, prepare=lambda s: None,
+                  measure=measure, cache=cache, workers=1)
+    return result, timings
+
+
+def test_first_round_times_three_runs_and_the_close_ones_ten(cache):
+    result, timings = _timed(cache, {1: 1.0, 2: 1.25, 3: 1.2501, 4: 2.0}, [1, 2, 3, 4])
+    assert sorted(timings) == [(1, 3), (1, 10), (2, 3), (2, 10), (3, 3), (4, 3)]  # exactly 1.25x is close
+    assert result.params == {"tile": 1}
+
+
+def test_at_most_eight_close_candidates_and_the_fastest_among_them(cache):
+    costs = {t: 1.0 + 0.01 * (10 - t) for t in range(1, 11)}  # the last candidate is the fastest
+    result, timings = _timed(cache, costs, list(range(1, 11)))
+    second = sorted(t for t, n in timings if n == 10)
+    assert second == [3, 4, 5, 6, 7, 8, 9, 10] and result.params == {"tile": 10}
+
+
+def test_run_time_failure_message_quotes_the_first_failure(cache):
+    FAKE_COSTS.update(bad=lambda t: 1.0)
+
+    def measure(scheduled, repeat, prepared=None):
+        raise RuntimeError(f"candidate {scheduled[1]} crashed")
+
+    with pytest.raises(Exception, match="the first: RuntimeError: candidate 1 crashed"):
+        tune(_task(), {}, "scale", TARGET, [FakeTemplate("bad", [1, 2])], 1, prepare=lambda s: None,
+             measure=measure, cache=cache, workers=1)
+
+
+def test_build_failures_name_the_template_and_params(cache):
+    FAKE_COSTS.update(named=lambda t: 1.0)
+    result = _tune(cache, [FakeTemplate("named", [1, 2], fail=(2,))])
+    (index, message), = result.failures
+    assert message.startswith("named {'tile': 2}: RuntimeError: tile 2 does not compile"), message
+
+
+def test_params_with_several_keys_match_in_any_order():
+    class TwoKeys(FakeTemplate):
+        def space(self, target, level):
+            return [{"a": 1, "b": 2}, {"b": 3, "a": 4}]
+
+    templates = [TwoKeys("two", [])]
+    for params in ({"b": 2, "a": 1}, {"a": 4, "b": 3}):
+        assert validate_record({"template": "two", "params": params}, templates, TARGET, 1)[0] is templates[0]
+    assert validate_record({"template": "two", "params": {"a": 1, "b": 3}}, templates, TARGET, 1)[0] is None
+
+
+def test_a_record_that_cannot_be_written_leaves_no_temp_file(cache):
+    with pytest.raises(TypeError):
+        cache.put("k" * 32, {"template": "x", "params": object()})
+    assert os.listdir(cache.root) == []

@@ -178,7 +178,9 @@ def _cast_target(ctx) -> str:
 @converter("Cast", "CastLike", needs=("cast",))
 def _cast(ctx):
     target = _cast_target(ctx)
-    if ctx.is_known(0) and target != "bfloat16" and ctx.inputs[0].size <= 1 << 16:
-        return np.asarray(ctx.inputs[0]).astype(target)
+    if ctx.is_known(0) and ctx.inputs[0].size <= 1 << 16:
+        from hidet_framework.ir.dtypes import data_type
+
+        return np.asarray(ctx.inputs[0]).astype(value_dtype(data_type(target)))
     x = ctx.tensor(0)
     return x if x.dtype.name == target else ctx.op("cast")(x, target)

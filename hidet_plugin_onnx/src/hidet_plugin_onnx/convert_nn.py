@@ -187,12 +187,15 @@ def _batch_norm(ctx):
 
 @converter("LayerNormalization", needs=("layer_norm",))
 def _layer_norm(ctx):
-    if any(name for name in ctx.node.output[1:]):
-        raise ctx.error("the Mean and InvStdDev outputs are not supported")
     x = ctx.tensor(0)
     bias = ctx.tensor(2) if ctx.has(2) else None
-    return ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=int(ctx.attr("axis", -1)),
-                                epsilon=float(ctx.attr("epsilon", 1e-5)))
+    axis, eps = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
+    if not any(name for name in ctx.node.output[1:]):
+        return ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps)
+    if ctx.attr("stash_type", 1) != 1:
+        raise ctx.error("stash_type other than 1 (float32) is not supported for the Mean and InvStdDev outputs")
+    # the optional Mean and InvStdDev outputs (float32, the stash type)
+    return list(ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps, return_stats=True))
 
 
 @converter("InstanceNormalization", needs=("instance_norm",))
@@ -269,6 +272,19 @@ def _spatial_mean_alternative(node, known: dict):
     return ("global_avg_pool2d", "reshape")
 
 
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else (False if dtype.kind == "b" else np.iinfo(dtype).min)
+
+
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else (True if dtype.kind == "b" else np.iinfo(dtype).max)
+
+
+# the value of a reduction over an empty set, by operator
+_EMPTY_SET = {"reduce_sum": lambda d: 0, "reduce_sum_square": lambda d: 0, "reduce_l2": lambda d: 0,
+              "reduce_prod": lambda d: 1, "reduce_max": _lowest, "reduce_min": _highest}
+
+
 def _reduction(op_type: str, name: str) -> None:
     def convert(ctx: NodeContext):
         from hidet_framework.extension import plugin_host
@@ -283,6 +299,15 @@ def _reduction(op_type: str, name: str) -> None:
         if name not in plugin_host().operators and op_type == "ReduceMean" and _is_spatial_mean(axes, x.rank):
             y = ctx.op("global_avg_pool2d")(x)
             return y if keepdims else ctx.op("reshape")(y, list(x.shape[:2]))
+        axes = [a + x.rank if a < 0 else a for a in axes]
+        if any(x.shape[a] == 0 for a in axes) and name in _EMPTY_SET:
+            # a reduction over nothing is its identity element, known at import
+            shape = [1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes]
+            return np.full(shape, _EMPTY_SET[name](value_dtype(x.dtype)), dtype=value_dtype(x.dtype))
+        if x.dtype.is_bool() and name in ("reduce_max", "reduce_min"):
+            # max and min of booleans are any and all: reduce their 0/1 bytes
+            y = ctx.op(name)(ctx.op("cast")(x, "uint8"), axes=axes, keepdims=keepdims)
+            return ctx.op("cast")(y, "bool")
         return ctx.op(name)(x, axes=axes, keepdims=keepdims)
 
     alternative = _spatial_mean_alternative if op_type == "ReduceMean" else None

@@ -53,15 +53,16 @@ def _check_is_model(model: Any, where: str) -> None:
 
 
 def default_opset(model: Any, where: str = "the model") -> int:
-    """The default-domain opset, checked against the supported range. A newer opset
-    is accepted; its nodes are then checked one by one (`op_changed_since_supported`)."""
+    """The default-domain opset, checked against the supported range. An older or a
+    newer opset is accepted; its nodes are then checked one by one
+    (`op_changed_since_supported`): each must mean what it does at opsets 13 to 21."""
     import onnx.defs
 
     versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
         raise OnnxImportError(f"{where}: imports no default-domain (ai.onnx) opset")
     version = int(versions[0])
-    if not MIN_OPSET <= version <= max(MAX_OPSET, onnx.defs.onnx_opset_version()):
+    if not 1 <= version <= max(MAX_OPSET, onnx.defs.onnx_opset_version()):
         raise OnnxImportError(f"{where}: opset {version} is not supported (supported: {MIN_OPSET} to "
                               f"{MAX_OPSET}; onnx.version_converter can convert the model)")
     return version
@@ -81,11 +82,20 @@ def op_changed_since_supported(node: Any, opset: int) -> str | None:
     attributes are unchanged, and the node sets none of the attributes added since
     (later revisions that only widened the element types, which are checked on their
     own, or added an attribute this node leaves at its default)."""
-    if opset <= MAX_OPSET:
-        return None
     import onnx.defs
 
     op_type = node.op_type
+    if opset < MIN_OPSET:
+        try:
+            old, current = onnx.defs.get_schema(op_type, opset), onnx.defs.get_schema(op_type, MIN_OPSET)
+        except Exception:
+            return f"{op_type} is not defined at opset {opset}"
+        if old.since_version != current.since_version:
+            return (f"{op_type} at opset {opset} is its form of opset {old.since_version}, older than the one "
+                    f"supported (opsets {MIN_OPSET} to {MAX_OPSET}); onnx.version_converter can convert the model")
+        return None
+    if opset <= MAX_OPSET:
+        return None
     try:
         new = onnx.defs.get_schema(op_type, opset)
     except Exception:

@@ -28,17 +28,14 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, const, maximum, minimum
-from hidet_framework.ir.func import Function
-from hidet_framework.ir.mapping import spatial
-from hidet_framework.ir.math_functions import exp, log, rsqrt, sqrt
+from hidet_framework.mapping.task_mapping import spatial
+from hidet_framework.ir.math_functions import exp, log, sqrt
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
+from hidet_framework.lang import attrs, local_tensor, parallel, script
 
-from .row_access import FAMILIES, RowAccess, accumulator_dtype
+from .row_access import RowAccess
 
-__all__ = ["CpuRowTemplate", "cpu_space"]
+__all__ = ["cpu_space", "RowDeal", "CORE", "combine", "finish", "init_value", "transform"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -122,18 +119,18 @@ class RowDeal:
         return slot * self.per_worker + k if self.order == "block" else k * self.workers + slot
 
 
-def _rows(workers: int, count: int, order: str) -> RowDeal:
+def deal_rows(workers: int, count: int, order: str) -> RowDeal:
     return RowDeal(workers, count, order)
 
 
 # ------------------------------------------------------------------ kernels
 
-def _reduce_rows(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
     core = CORE[kind]
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
 
     @script
     def reduce_rows(x: xt, y: yt):
@@ -160,13 +157,13 @@ def _reduce_rows(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     return reduce_rows
 
 
-def _reduce_columns(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+def reduce_columns_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
     core = CORE[kind]
     outer, extent, inner = acc.outer, acc.extent, acc.inner
     tiles = _ceil_div(inner, lanes)
     items = outer * tiles
-    work = _rows(workers, items, p["order"])
+    work = deal_rows(workers, items, p["order"])
 
     @script
     def reduce_columns(x: xt, y: yt):
@@ -198,11 +195,11 @@ def _reduce_columns(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str
     return reduce_columns
 
 
-def _arg_scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last: bool):
+def arg_scan_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last: bool):
     workers = int(p["workers"])
     outer, extent, inner = acc.outer, acc.extent, acc.inner
     items = outer * inner
-    work = _rows(workers, items, p["order"])
+    work = deal_rows(workers, items, p["order"])
     is_max = acc.kind == "argmax"
 
     @script
@@ -228,11 +225,11 @@ def _arg_scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last
     return arg_scan
 
 
-def _softmax_rows(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
+def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (workers * extent,))

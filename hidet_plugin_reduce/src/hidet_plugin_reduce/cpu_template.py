@@ -7,15 +7,17 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import const
+from hidet_framework.ir.expr import cast
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.math_functions import rsqrt
 from hidet_framework.ir.types import TensorType
 from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
-from .cpu_rows import _arg_scan, _reduce_columns, _reduce_rows, _rows, _softmax_rows, cpu_space
+from .cpu_rows import (
+    arg_scan_kernel, cpu_space, deal_rows, reduce_columns_kernel, reduce_rows_kernel, softmax_rows_kernel,
+)
 from .row_access import FAMILIES, RowAccess, accumulator_dtype
 
 __all__ = ["CpuRowTemplate", "build_cpu"]
@@ -27,7 +29,7 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
     f32 = dtypes.float32
     centered = acc.kind != "rms_norm"
     inv_count = 1.0 / extent
@@ -78,6 +80,44 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
     return norm_rows
 
 
+def _scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, exclusive: bool, reverse: bool):
+    """cumsum: one running sum per (row, column); with columns (``inner > 1``) the
+    lanes run along the contiguous inner axis, so the scan is vectorised across them."""
+    workers, lanes = int(p["workers"]), int(p["lanes"])
+    outer, extent, inner = acc.outer, acc.extent, acc.inner
+    width = lanes if inner > 1 else 1
+    tiles = -(-inner // width)
+    items = outer * tiles
+    work = deal_rows(workers, items, p["order"])
+
+    @script
+    def scan_rows(x: xt, y: yt):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for w in parallel(workers):
+            run = local_tensor(adt, [width])
+            for slot in work.slots.on(w):
+                for k in range(work.per_worker):
+                    item = work.row(slot, k)
+                    if item < items:
+                        o = item / tiles
+                        i0 = (item % tiles) * width
+                        count = min(width, inner - i0)
+                        for j in range(width):
+                            run[j] = cast(0, adt)
+                        for t in range(extent):
+                            r = extent - 1 - t if reverse else t
+                            for j in range(count):
+                                if exclusive:
+                                    acc.store(y, run[j], o, r, i0 + j)
+                                    run[j] = run[j] + acc.load(x, adt, o, r, i0 + j)
+                                else:
+                                    run[j] = run[j] + acc.load(x, adt, o, r, i0 + j)
+                                    acc.store(y, run[j], o, r, i0 + j)
+
+    return scan_rows
+
+
 def _without_param(fn: Any, index: int) -> Any:
     """The script function's IR with parameter `index` (unused) removed."""
     ir = fn.ir if hasattr(fn, "ir") else fn
@@ -96,13 +136,16 @@ def build_cpu(operator: str, task: Any, attributes: Mapping[str, Any], params: M
     workspace: tuple = ()
     buffers = [BufferRef("input", 0), BufferRef("output", 0)]
     if family == "reduce":
-        fn = (_reduce_rows if acc.inner == 1 else _reduce_columns)(acc, xt, yt, adt, params, name)
+        fn = (reduce_rows_kernel if acc.inner == 1 else reduce_columns_kernel)(acc, xt, yt, adt, params, name)
         module = script_module(fn, name=name)
     elif family == "arg":
-        fn = _arg_scan(acc, xt, yt, adt, params, name, bool(attributes.get("select_last_index", False)))
+        fn = arg_scan_kernel(acc, xt, yt, adt, params, name, bool(attributes.get("select_last_index", False)))
+        module = script_module(fn, name=name)
+    elif family == "scan":
+        fn = _scan(acc, xt, yt, adt, params, name, bool(attributes.get("exclusive")), bool(attributes.get("reverse")))
         module = script_module(fn, name=name)
     elif family == "softmax":
-        fn = _softmax_rows(acc, xt, yt, params, name)
+        fn = softmax_rows_kernel(acc, xt, yt, params, name)
         module = script_module(fn, name=name)
         workspace = (WorkspaceSpec("exp_rows", "float32", (int(params["workers"]) * acc.extent,)),)
         buffers.append(BufferRef("workspace", 0))
@@ -137,6 +180,8 @@ class CpuRowTemplate(Template):
             return False
         if any(int(s) == 0 for s in attributes.get("shape", ())):
             return False
+        if len(task.outputs) != 1 or task.inputs[0].dtype.is_bool():
+            return False  # layer_norm's statistics outputs, any/all of bools: the auto-scheduler
         family = FAMILIES[self.operator]
         if family in ("softmax", "norm") and int(attributes["inner"]) != 1:
             return False  # a softmax over a non-innermost axis: the auto-scheduler

@@ -19,13 +19,13 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, logical_and
-from hidet_framework.ir.mapping import spatial
+from hidet_framework.mapping.task_mapping import spatial
 from hidet_framework.ir.types import PointerType, TensorType
 from hidet_framework.lang import (
     address_of, attrs, deref, register_tensor, script, script_module, shared_tensor, static_range, tensor_pointer,
 )
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_plugin_cuda.lang import blockIdx, syncthreads, threadIdx
+from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
 
 from .cpu_rows import CORE, combine, finish, init_value, transform
 from .cuda_space import cuda_facts
@@ -131,3 +131,127 @@ def build_columns(operator: str, task: Any, attributes: Mapping[str, Any], param
     plan = {"vec": vec, "parts": parts, "per_part": per_part, "tiles": tiles}
     return ScheduledTask(script_module(*functions, name=name), tuple(launches), workspace, source=source,
                          params={**dict(params), "plan": plan})
+
+
+def build_scan(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], source: str) -> ScheduledTask:
+    """cumsum on CUDA: thread e of the grid scans column e (``e = o * inner + i``)."""
+    acc = RowAccess("cumsum", attributes)
+    x, y = task.inputs[0], task.outputs[0]
+    xt, yt = TensorType(x.dtype, x.shape), TensorType(y.dtype, y.shape)
+    adt = accumulator_dtype(x.dtype)
+    outer, extent, inner = acc.outer, acc.extent, acc.inner
+    exclusive, reverse = bool(attributes.get("exclusive")), bool(attributes.get("reverse"))
+    block = int(params["block"])
+    columns = outer * inner
+    name = f"cumsum_cuda_scan_b{block}"
+
+    @script
+    def cumsum_scan(x: xt, y: yt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = -(-columns // block)
+        attrs.cuda.block_dim = block
+        e = blockIdx.x * block + threadIdx.x
+        if e < columns:
+            o = e / inner
+            i = e % inner
+            run = cast(0, adt)
+            for t in range(extent):
+                r = extent - 1 - t if reverse else t
+                if exclusive:
+                    acc.store(y, run, o, r, i)
+                    run = run + cast(x[acc.x_index(o, r, i)], adt)
+                else:
+                    run = run + cast(x[acc.x_index(o, r, i)], adt)
+                    acc.store(y, run, o, r, i)
+
+    launch = Launch(name, (BufferRef("input", 0), BufferRef("output", 0)))
+    return ScheduledTask(script_module(cumsum_scan, name=name), (launch,), (), source=source,
+                         params={**dict(params), "plan": {"block": block}})
+
+
+def split_rows_parts(outer: int, extent: int, vec: int, block: int, target: Any) -> int:
+    """Blocks per row for a reduction whose rows are few and long: enough blocks for
+    about two waves on the target's SMs, each block at least 4 strides of the row."""
+    f = cuda_facts(target)
+    want = 2 * f["sm_count"] * max(1, f["threads_per_sm"] // block)
+    return max(1, min(-(-want // max(outer, 1)), extent // (4 * block * vec)))
+
+
+def build_split_rows(operator: str, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+                     target: Any, graft: bool, source: str, parts: int, vec: int) -> ScheduledTask:
+    """A reduction over the innermost axes with few, long rows: row o is cut into
+    `parts` contiguous slices, block (o, p) reduces slice p (its threads stride through
+    it ``block * vec`` elements at a time, 128-bit loads when alone, then shuffles and
+    shared memory), writes one partial result, and a second kernel combines the parts."""
+    acc = RowAccess(operator, attributes)
+    x, y = task.inputs[0], task.outputs[0]
+    xt = TensorType(x.dtype, x.shape)
+    xdt, adt = x.dtype, accumulator_dtype(x.dtype)
+    kind, core = acc.kind, CORE[acc.kind]
+    outer, extent = acc.outer, acc.extent
+    block = 256
+    warps = block // 32
+    per_part = -(-extent // parts)
+    per_part = -(-per_part // vec) * vec  # slices start on vector boundaries
+    parts = -(-extent // per_part)
+    steps = -(-per_part // (block * vec))
+    name = f"{operator}_cuda_split_rows_p{parts}_v{vec}"
+    wt = TensorType(adt, (parts * outer,))
+
+    @script
+    def split_rows_partial(x: xt, partial: wt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (outer, parts)
+        attrs.cuda.block_dim = block
+        red = shared_tensor(adt, [warps])
+        if vec > 1:
+            raw = register_tensor(dtypes.vector_type(dtypes.uint32, 4), [1])
+            xv = tensor_pointer(xdt, [vec], init=cast(address_of(raw[0]), PointerType(xdt)))
+        tid = threadIdx.x
+        o = blockIdx.x
+        begin = blockIdx.y * per_part
+        end = min(extent, begin + per_part)
+        part = init_value(core, adt)
+        for s in range(steps):
+            r0 = begin + (s * block + tid) * vec
+            if r0 < end:
+                if vec > 1:
+                    raw[0] = deref(cast(address_of(x[acc.x_index(o, r0)]), RAW16))
+                    for v in static_range(vec):
+                        part = combine(core, part, transform(kind, cast(xv[v], adt)))
+                else:
+                    part = combine(core, part, transform(kind, cast(x[acc.x_index(o, r0)], adt)))
+        for d in static_range(5):
+            part = combine(core, part, shfl_xor_sync(FULL_MASK, part, 16 >> d))
+        if tid % 32 == 0:
+            red[tid / 32] = part
+        syncthreads()
+        if tid == 0:
+            total = red[0]
+            for k in static_range(1, warps):
+                total = combine(core, total, red[k])
+            partial[blockIdx.y * outer + o] = total
+
+    yt = TensorType(y.dtype, y.shape)
+    name2 = name + "_combine"
+
+    @script
+    def split_rows_combine(partial: wt, y: yt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name2
+        attrs.cuda.grid_dim = -(-outer // 256)
+        attrs.cuda.block_dim = 256
+        o = blockIdx.x * 256 + threadIdx.x
+        if o < outer:
+            total = partial[o]
+            for p in range(1, parts):
+                total = combine(core, total, partial[p * outer + o])
+            acc.store_row(y, finish(kind, total, extent), o)
+
+    launches = (Launch(name, (BufferRef("input", 0), BufferRef("workspace", 0))),
+                Launch(name2, (BufferRef("workspace", 0), BufferRef("output", 0))))
+    workspace = (WorkspaceSpec("row_parts", adt, (parts * outer,)),)
+    return ScheduledTask(script_module(split_rows_partial, split_rows_combine, name=name), launches, workspace,
+                         source=source, params={**dict(params), "plan": {"parts": parts, "vec": vec, "split_rows": True}})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
+from hidet_framework.schedule.template import Template
 
 from .cuda_space import columns_space, row_plan, rows_space
 from .row_access import FAMILIES, RowAccess
@@ -32,7 +32,7 @@ def in_fusion_group(attributes: Mapping[str, Any]) -> bool:
 def _common_applies(operator: str, task: Any, attributes: Mapping[str, Any]) -> bool:
     if not attributes.get("contiguous") or int(attributes.get("extent", 0)) < 1:
         return False
-    if any(int(s) == 0 for s in attributes.get("shape", ())):
+    if any(int(s) == 0 for s in attributes.get("shape", ())) or len(task.outputs) != 1:
         return False
     return task.inputs[0].dtype.name in _DTYPES
 
@@ -65,6 +65,13 @@ class CudaRowTemplate(Template):
         plan = row_plan(dict(params), acc.extent, x.dtype.nbytes, target, vector_ok)
         if acc.family == "arg":
             plan["cached"] = False
+        if acc.family == "reduce":
+            from .cuda_columns import build_split_rows, split_rows_parts
+
+            parts = split_rows_parts(acc.outer, acc.extent, plan["vec"], 256, target)
+            if parts > 1:  # few long rows: several blocks per row, then a combining kernel
+                return build_split_rows(self.operator, task, attributes, params, target, graft, self.name, parts,
+                                        plan["vec"])
         name = f"{self.operator}_cuda_rows_t{plan['threads']}_r{plan['rows_per_block']}_v{plan['vec']}" \
                f"{'_c' if plan['cached'] else '_s'}"
         module = build_rows_kernel(acc, task, plan, name, graft, attributes)
@@ -98,9 +105,36 @@ class CudaColumnTemplate(Template):
         return build_columns(self.operator, task, attributes, params, target, in_fusion_group(attributes), self.name)
 
 
+class CudaScanTemplate(Template):
+    """cumsum: one thread per (row, column) runs the scan; consecutive threads take
+    consecutive columns, so with ``inner > 1`` every step is a coalesced warp access
+    (over the innermost axis each thread walks its own row: correct, not fast)."""
+
+    target = "cuda"
+    version = "1"
+    priority = 10
+    operator = "cumsum"
+    name = "reduce.cuda_scan.cumsum"
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return _common_applies(self.operator, task, attributes)
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        out = [{"block": 256}]
+        return out if level == 0 else out + [{"block": 128}, {"block": 512}]
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        from .cuda_columns import build_scan
+
+        return build_scan(task, attributes, params, self.name)
+
+
 def cuda_templates() -> dict[str, Template]:
     out: dict[str, Template] = {}
     for operator, family in FAMILIES.items():
+        if family == "scan":
+            out["reduce.cuda_scan.cumsum"] = CudaScanTemplate()
+            continue
         out[f"reduce.cuda_rows.{operator}"] = CudaRowTemplate(operator)
         if family == "reduce":
             out[f"reduce.cuda_columns.{operator}"] = CudaColumnTemplate(operator)

@@ -98,7 +98,7 @@ def _param_index(p: Tensor, normalized_idx: Sequence[Expr]) -> tuple:
     return tuple(const(0, "int32") if s == 1 else i for s, i in zip(p.shape, tail))
 
 
-def _row_norm(op: str, x: Tensor, scale: Any, bias: Any, axis: int, epsilon: float) -> Tensor:
+def _row_norm(op: str, x: Tensor, scale: Any, bias: Any, axis: int, epsilon: float, stats: bool = False):
     x = require_tensor(op, x)
     require_float(op, x)
     axis = normalize_axis(op, axis, x)
@@ -142,13 +142,24 @@ def _row_norm(op: str, x: Tensor, scale: Any, bias: Any, axis: int, epsilon: flo
     attributes = {"kind": op, "epsilon": epsilon, "has_bias": len(pin) > 1,
                   "scale_shape": tuple(params[0].shape), "bias_shape": tuple(params[-1].shape) if len(pin) > 1 else (),
                   **row_form(x.shape, tuple(range(axis, x.rank)))}
-    return _operator(op, [x, *params], [xin, *pin], y, attributes)
+    if not stats:
+        return _operator(op, [x, *params], [xin, *pin], y, attributes)
+    # ONNX's optional outputs: Mean and InvStdDev, shaped like x with the normalized axes 1
+    kept = outer_shape + (1,) * len(normalized)
+    mean_out = compute("mean_out", kept, lambda *i: mean[tuple(i[:axis])])
+    inv_std = compute("inv_std_dev", kept, lambda *i: math_call("rsqrt", var[tuple(i[:axis])] + const(epsilon, ct)))
+    attributes["return_stats"] = True
+    task = Task(op, [xin, *pin], [y, mean_out, inv_std], attributes)
+    return Operator(op, [x, *params], task, attributes).outputs
 
 
-def layer_norm(x: Tensor, scale: Tensor, bias: Tensor | None = None, axis: int = -1, epsilon: float = 1e-5) -> Tensor:
+def layer_norm(x: Tensor, scale: Tensor, bias: Tensor | None = None, axis: int = -1, epsilon: float = 1e-5,
+               return_stats: bool = False):
     """ONNX LayerNormalization: normalize over ``x.shape[axis:]`` (mean and variance of
-    each sample), then ``* scale + bias`` (both broadcast onto ``x.shape[axis:]``)."""
-    return _row_norm("layer_norm", x, scale, bias, axis, epsilon)
+    each sample), then ``* scale + bias`` (both broadcast onto ``x.shape[axis:]``).
+    With `return_stats`, returns ``(y, mean, inv_std_dev)`` (float32 for half and
+    float32 inputs; shaped like x with the normalized axes 1), as ONNX's optional outputs."""
+    return _row_norm("layer_norm", x, scale, bias, axis, epsilon, bool(return_stats))
 
 
 def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5) -> Tensor:

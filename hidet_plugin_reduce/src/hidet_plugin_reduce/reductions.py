@@ -40,9 +40,9 @@ def _arith_dtype(x: Tensor):
     return compute_dtype(x.dtype) if x.dtype.is_float() else x.dtype
 
 
-def _check_input(op: str, x: Any, float_only: bool) -> Tensor:
+def _check_input(op: str, x: Any, float_only: bool, bool_ok: bool = False) -> Tensor:
     x = require_tensor(op, x)
-    if x.dtype.is_bool() or (float_only and not x.dtype.is_float()):
+    if (x.dtype.is_bool() and not bool_ok) or (float_only and not x.dtype.is_float()):
         want = "a float tensor" if float_only else "a numeric (non-bool) tensor"
         raise ReduceArgumentError(f"{op}: x must be {want}, got {describe(x)}")
     return x
@@ -51,14 +51,16 @@ def _check_input(op: str, x: Any, float_only: bool) -> Tensor:
 def _reduce(kind: str, x: Tensor, axes: Any, keepdims: bool) -> Tensor:
     op = f"reduce_{kind}"
     core, transform, finish, float_only = _KINDS[kind]
-    x = _check_input(op, x, float_only)
+    # max/min of bools are any/all (ONNX allows them), computed in int32
+    x = _check_input(op, x, float_only, bool_ok=core in ("max", "min"))
     if not isinstance(keepdims, (bool, int)):
         raise TypeError(f"{op}: keepdims must be a bool, got {keepdims!r}")
     keepdims = bool(keepdims)
     axes = normalize_axes(op, axes, x)
-    if core in ("max", "min") and any(x.shape[a] == 0 for a in axes):
-        raise ReduceArgumentError(f"{op}: cannot take the {core} over an empty axis of x {describe(x)} (axes {list(axes)})")
-    acc = _arith_dtype(x)
+    # an empty reduction gives the identity: 0, 1, -inf / the type's lowest for max (ONNX)
+    acc = dtypes.int32 if x.dtype.is_bool() else _arith_dtype(x)
+    if x.dtype.is_bool():  # any / all: the int32 max/min (identity -2**31 / 2**31-1) is positive
+        finish = lambda a: a > 0  # noqa: E731
     xin = tensor_input("x", x.dtype, x.shape)
     red_shape = [x.shape[a] for a in axes]
     out_shape = reduced_shape(x.shape, axes, keepdims)

@@ -23,6 +23,7 @@ FAMILIES = {
     **{f"reduce_{k}": "reduce" for k in ("sum", "mean", "max", "min", "prod", "l2", "sum_square")},
     "argmax": "arg", "argmin": "arg", "softmax": "softmax", "log_softmax": "softmax",
     "layer_norm": "norm", "rms_norm": "norm", "instance_norm": "norm", "group_norm": "norm",
+    "cumsum": "scan",
 }
 
 

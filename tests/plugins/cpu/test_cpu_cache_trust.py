@@ -56,7 +56,8 @@ def test_compiler_timeout_is_enforced_and_named(tmp_path, monkeypatch):
     from hidet_plugin_cpu import build
 
     slow = tmp_path / "slow-cc"
-    slow.write_text("#!/bin/sh\nsleep 60\n")
+    # gcc for everything (probes of the toolchain), but a compile of the kernel hangs
+    slow.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = source.c ] && exec sleep 60; done\nexec gcc "$@"\n')
     slow.chmod(0o700)
     monkeypatch.setattr(build, "COMPILER", str(slow))
     monkeypatch.setenv("HIDET_FRAMEWORK_CC_TIMEOUT", "1")

@@ -16,7 +16,7 @@ import pytest
 
 from hidet_framework.ir.math_functions import cos, erf, exp, log, pow_, sin, tanh
 from hidet_framework.lang import attrs, f32, i32, parallel, script, script_module
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 from hidet_plugin_cpu import vector_math
 from hidet_plugin_cpu.codegen import generate
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from hidet_framework.backend.contract import Target
-from hidet_framework.transforms.pipeline import lower
+from hidet_framework.lowering.pipeline import lower
 from hidet_plugin_cpu.codegen import generate
 from hidet_plugin_example.simple_matmul import SimpleRowMatmul
 from hidet_plugin_matmul.cpu_space import cpu_matmul_space
@@ -62,3 +62,14 @@ def test_example_template_source_size_is_bounded_over_shapes(params):
     target = _targets()["avx2"]
     sizes = {shape: len(_source(SimpleRowMatmul(), *shape, params, target)) for shape in SHAPES}
     assert max(sizes.values()) <= 10_000, sizes
+
+
+def test_default_tile_comes_from_the_register_file():
+    """AVX-512 (32 registers): 14 x 2 vectors; AVX2 (16): 4 x 3 vectors (4 x 24 floats)."""
+    from hidet_plugin_matmul.cpu_space import default_params
+
+    tiles = {}
+    for isa, target in _targets().items():
+        p = default_params(target)
+        tiles[isa] = (p["mr"], p["nr"] // p["lanes"])
+    assert tiles == {"avx512": (14, 2), "avx2": (4, 3)}

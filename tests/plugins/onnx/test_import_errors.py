@@ -147,10 +147,16 @@ def test_unsupported_operators_are_all_listed_at_once(build, isolated_plugin_hos
     assert len(info.value.problems) == 4
 
 
-def test_an_opset_outside_the_range(build):
+def test_an_older_opset_is_read_node_by_node(build):
     model = _relu_model(build)
-    model.opset_import[0].version = 9
-    with pytest.raises(OnnxImportError, match="opset 9 is not supported"):
+    model.opset_import[0].version = 9  # Relu changed at opset 13
+    with pytest.raises(UnsupportedOperatorsError, match="Relu at opset 9 is its form of opset 6, older"):
+        hf.load(model)
+    model = build([helper.make_node("Not", ["x"], ["y"])], [("x", TensorProto.BOOL, [3])],
+                  [("y", TensorProto.BOOL, [3])], opset=1)  # Not has not changed since opset 1
+    assert [op.name for op in hf.load(model).nodes] == ["logical_not"]
+    model.opset_import[0].version = 99
+    with pytest.raises(OnnxImportError, match="opset 99 is not supported"):
         hf.load(model)
 
 

@@ -145,3 +145,42 @@ def test_conv2d_refusals():
         ops.conv2d(x, symbol((3, 6, 5, 5)), dilation=2)
     with pytest.raises(ShapeError, match="expects 2 input channels"):
         ops.conv2d(x, symbol((4, 1, 3, 3)), groups=2)
+
+
+def test_im2col_channels_first_layout(runner, rand):
+    """[N, C*KH*KW, OH*OW]: the transpose per image of the rows-first windows."""
+    x = symbol((2, 3, 7, 5))
+    a = rand(x.shape)
+    first = ops.im2col(x, (2, 3), stride=(2, 1), padding=(1, 0, 0, 1), dilation=1, channels_first=True)
+    rows = ops.im2col(x, (2, 3), stride=(2, 1), padding=(1, 0, 0, 1), dilation=1)
+    got_first, got_rows = runner.run([first, rows], {x: a})
+    oh_ow = got_first.shape[2]
+    expected = got_rows.reshape(2, oh_ow, -1).transpose(0, 2, 1)
+    runner.assert_close(got_first, expected, "float32", tol=0)
+    assert first.producer.task.is_injective()
+    with pytest.raises(OperatorAttributeError, match="channels_first needs groups=1"):
+        ops.im2col(symbol((1, 4, 5, 5)), 3, groups=2, channels_first=True)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1][1] == 1 and c[5] > 1]
+                         + [((2, 5, 3, 4), (5, 1, 3, 5), (1, 1), (1, 2, 1, 2), (1, 1), 5, True),   # kernel wider than the image
+                            ((1, 3, 17, 19), (3, 1, 3, 3), (2, 3), (0, 0, 0, 0), (2, 2), 3, False)], ids=str)
+def test_depthwise_has_its_own_cpu_schedule(case, rand):
+    """Depthwise conv2d: the matmul rewrite declines it and the CPU template runs it
+    (left border, interior, right border columns), fused with a relu, against float64."""
+    import hidet_framework as hf
+    from hidet_plugin_ops.rewrites import conv2d_to_matmul
+
+    xs, ws, strides, pads, dilations, group, has_bias = case
+    x = symbol(xs)
+    wa = rand(ws, "float32", -1, 1)
+    ba = rand((ws[0],), "float32") if has_bias else None
+    y = ops.conv2d(x, hf.constant(wa), hf.constant(ba) if has_bias else None, stride=strides, padding=pads,
+                   dilation=dilations, groups=group)
+    assert conv2d_to_matmul(y.producer) is None
+    fn = hf.compile(hf.trace(ops.relu(y), inputs=[x]), target="cpu", space=0)
+    (row,) = fn.fusion_report()
+    assert row.scheduled_by == "ops.conv2d_depthwise_cpu" and row.status == "fused"
+    a = rand(xs, "float32", -1, 1)
+    want = np.maximum(onnx_conv_reference(a, wa, ba, strides, pads, dilations, group), 0)
+    np.testing.assert_allclose(fn(a), want, rtol=1e-5, atol=1e-5)

@@ -48,7 +48,9 @@ def _draw(rand, kind, shape, dtype):
 def test_reduce_every_axis_and_keepdims(kind, target, rand, check):
     x = hf.symbol(SHAPE, "float32")
     a = _draw(rand, kind, SHAPE, "float32")
-    cases = [(axes, keepdims) for axes in AXES for keepdims in (False, True)]
+    # every axis set without keepdims, and keepdims on a middle axis, a non-contiguous
+    # pair, everything and nothing (each case is one build: CI time)
+    cases = [(axes, False) for axes in AXES] + [(axes, True) for axes in (1, (0, 2), None, ())]
     outs = [getattr(hf.ops, f"reduce_{kind}")(x, axes, keepdims=keepdims) for axes, keepdims in cases]
     results, _ = check.run_graph(outs, [x], [a], target)
     tol = 2e-4 if kind == "prod" else None
@@ -223,3 +225,33 @@ def test_channel_norms(dtype, target, rand, check):
             _channel_ref(e3, es3, eb3, 2, 1e-5)]
     for k, (got, ref) in enumerate(zip(results, refs)):
         check.assert_close(got, ref, dtype, None, f"channel norm case {k}")
+
+
+def test_onnx_extras_bool_any_all_empty_sets_and_layer_norm_statistics(target, rand, check):
+    """ReduceMax/Min of bools (any/all), reductions over an empty axis (the identity),
+    and LayerNormalization's Mean and InvStdDev outputs."""
+    b, e = hf.symbol((5, 7), "bool"), hf.symbol((3, 0, 4))
+    x, s = hf.symbol((6, 3, 11)), hf.symbol((3, 11))
+    y, mean, inv_std = hf.ops.layer_norm(x, s, axis=1, epsilon=1e-3, return_stats=True)
+    outs = [y, mean, inv_std, hf.ops.reduce_max(b, 1), hf.ops.reduce_min(b, 0, keepdims=True)]
+    empty = target == "cpu"  # zero-size buffers: checked where they cost no device allocation
+    if empty:
+        outs += [hf.ops.reduce_max(e, 1), hf.ops.reduce_min(e, 1), hf.ops.reduce_sum(e, 1, keepdims=True),
+                 hf.ops.reduce_prod(e, 1)]
+    ab = rand((5, 7)) < 0
+    ab[0] = False
+    ab[:, 3] = True
+    ax, as_ = rand(x.shape), rand(s.shape)
+    inputs, arrays = [b, x, s] + ([e] if empty else []), [ab, ax, as_] + ([np.zeros((3, 0, 4), np.float32)] if empty else [])
+    got, _ = check.run_graph(outs, inputs, arrays, target)
+    ex = ax.astype(np.float64)
+    mu, var = ex.mean((1, 2), keepdims=True), ex.var((1, 2), keepdims=True)
+    check.assert_close(got[0], (ex - mu) / np.sqrt(var + 1e-3) * as_, "float32")
+    check.assert_close(got[1], mu, "float32")
+    check.assert_close(got[2], 1 / np.sqrt(var + 1e-3), "float32")
+    np.testing.assert_array_equal(got[3], ab.any(1))
+    np.testing.assert_array_equal(got[4], ab.all(0, keepdims=True))
+    if empty:
+        assert np.all(got[5] == -np.inf) and np.all(got[6] == np.inf) and got[5].shape == (3, 4)
+        np.testing.assert_array_equal(got[7], np.zeros((3, 1, 4)))
+        np.testing.assert_array_equal(got[8], np.ones((3, 4)))

@@ -37,3 +37,11 @@ def register_operators(register) -> None:
 def register_passes(register) -> None:
     for rule in rewrites.RULES:
         register(rule.name, rule)
+
+
+@hookimpl
+def register_templates(register) -> None:
+    # depthwise conv2d has its own CPU schedule (the matmul rewrite leaves it alone)
+    from .cpu_depthwise_conv import CpuDepthwiseConv2d
+
+    register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())

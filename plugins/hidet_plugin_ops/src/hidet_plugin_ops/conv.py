@@ -143,12 +143,17 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 
 
 
 def im2col(x: Tensor, kernel_size: Any, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-           groups: int = 1) -> Tensor:
+           groups: int = 1, channels_first: bool = False) -> Tensor:
     """The windows of a convolution as the rows of a GEMM operand.
 
     Returns ``[N*OH*OW, C*KH*KW]`` (groups=1) or ``[groups, N*OH*OW, C/groups*KH*KW]``:
     row ``(n, oh, ow)``, column ``(c, kh, kw)`` (row-major), zero outside the image.
     Times the weight as ``[C*KH*KW, O]`` it gives the convolution in NHWC order.
+
+    ``channels_first=True`` (groups=1 only) returns the transpose per image,
+    ``[N, C*KH*KW, OH*OW]``: the weight as ``[O, C*KH*KW]`` times it gives
+    ``[N, O, OH*OW]``, the convolution already in NCHW order, and a GEMM that splits
+    its columns (output pixels) between threads gathers each pixel once.
     """
     x = require_tensor("im2col", x)
     if x.rank != 4:
@@ -167,12 +172,17 @@ def im2col(x: Tensor, kernel_size: Any, stride: Any = 1, padding: Any = 0, dilat
         channel = gi * cig + ci if g > 1 else ci
         return read_padded(xn, [ni, channel], h, w, (height, width), const(0, x.dtype))
 
-    if g == 1:
+    if channels_first:
+        if g != 1:
+            raise OperatorAttributeError(f"im2col: channels_first needs groups=1, got groups={g}")
+        out = compute("cols", [n, cols, oh * ow],
+                      lambda ni, col, pix: column(None, ni * (oh * ow) + pix, col))
+    elif g == 1:
         out = compute("cols", [rows, cols], lambda row, col: column(None, row, col))
     else:
         out = compute("cols", [g, rows, cols], column)
     attributes = {"kernel": win.kernel, "stride": win.stride, "padding": win.pads, "dilation": win.dilation,
-                  "groups": g}
+                  "groups": g, "channels_first": bool(channels_first)}
     return make_operator("im2col", [x], [xn], [out], attributes)[0]
 
 

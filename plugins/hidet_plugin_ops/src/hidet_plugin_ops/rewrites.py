@@ -22,6 +22,7 @@ import attrs
 from hidet_framework.graph import Operator, ShapeError, Tensor
 
 from . import binary, conv, shape_layout, unary
+from .cpu_depthwise_conv import is_depthwise
 
 
 @attrs.frozen
@@ -43,10 +44,17 @@ def _registered_matmul() -> Callable | None:
 
 
 def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
-    """conv2d → im2col, then ``matmul`` with the weight as a [K, O] matrix (per group
-    [G, K, O/G]), then back to NCHW (reshape + transpose), then the bias.
+    """conv2d → im2col, then ``matmul``, then the bias.
 
-    None when `op` is not a conv2d, when no ``matmul`` operator is registered, or
+    groups=1: the weight as ``[1, O, K]`` times the channels-first windows
+    ``[N, K, OH*OW]`` (a 1x1, stride-1, unpadded convolution needs no im2col at all:
+    the input reshaped is its own window matrix) gives ``[N, O, OH*OW]``, NCHW after a
+    reshape (no transpose, no div/mod stores), and the GEMM splits output pixels, not
+    the few output channels, between threads. Grouped: im2col ``[G, N*OH*OW, K]``
+    times the weight as ``[G, K, O/G]``, then back to NCHW (reshape + transpose).
+
+    None when `op` is not a conv2d, when it is depthwise (one input channel per group:
+    cpu_depthwise_conv.py schedules it), when no ``matmul`` operator is registered, or
     when the registered matmul does not accept these operands (the direct conv2d
     stays: a rewrite may only fall back, never fail the graph).
     """
@@ -56,6 +64,8 @@ def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
     if matmul is None:
         return None
     x, weight = op.inputs[0], op.inputs[1]
+    if is_depthwise(tuple(x.shape), tuple(weight.shape), op.attributes["groups"]):
+        return None  # KH*KW taps per output: a batch of one-column GEMMs; it has its own schedule
     bias = op.inputs[2] if len(op.inputs) > 2 else None
     a = op.attributes
     groups = a["groups"]
@@ -64,21 +74,25 @@ def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
     expected = op.outputs[0]
     oh, ow = expected.shape[2], expected.shape[3]
     k = cig * kh * kw
-    cols = conv.im2col(x, (kh, kw), stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
-                       groups=groups)
-    try:
-        if groups == 1:
-            w_mat = shape_layout.transpose(shape_layout.reshape(weight, [o, k]), [1, 0])   # [K, O]
-            y = _single(matmul(cols, w_mat))                                               # [N*OH*OW, O]
-            y = shape_layout.transpose(shape_layout.reshape(y, [n, oh, ow, o]), [0, 3, 1, 2])
-        else:
-            cog = o // groups
-            w_mat = shape_layout.transpose(shape_layout.reshape(weight, [groups, cog, k]), [0, 2, 1])
-            y = _single(matmul(cols, w_mat))                                               # [G, N*OH*OW, O/G]
-            y = shape_layout.reshape(y, [groups, n, oh, ow, cog])
-            y = shape_layout.reshape(shape_layout.transpose(y, [1, 0, 4, 2, 3]), [n, o, oh, ow])
-    except (ShapeError, TypeError, ValueError):
-        return None  # this matmul does not take these operands: keep the direct conv2d
+    y = None
+    if groups == 1:
+        y = _channels_first(matmul, x, weight, a, (n, o, cig, kh, kw, oh, ow))
+    if y is None:  # grouped, or a matmul that does not broadcast a [1, O, K] weight
+        try:
+            cols = conv.im2col(x, (kh, kw), stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
+                               groups=groups)
+            if groups == 1:
+                w_mat = shape_layout.transpose(shape_layout.reshape(weight, [o, k]), [1, 0])   # [K, O]
+                y = _single(matmul(cols, w_mat))                                               # [N*OH*OW, O]
+                y = shape_layout.transpose(shape_layout.reshape(y, [n, oh, ow, o]), [0, 3, 1, 2])
+            else:
+                cog = o // groups
+                w_mat = shape_layout.transpose(shape_layout.reshape(weight, [groups, cog, k]), [0, 2, 1])
+                y = _single(matmul(cols, w_mat))                                               # [G, N*OH*OW, O/G]
+                y = shape_layout.reshape(y, [groups, n, oh, ow, cog])
+                y = shape_layout.reshape(shape_layout.transpose(y, [1, 0, 4, 2, 3]), [n, o, oh, ow])
+        except (ShapeError, TypeError, ValueError):
+            return None  # this matmul does not take these operands: keep the direct conv2d
     if y.dtype is not expected.dtype:
         y = unary.cast(y, expected.dtype)
     if bias is not None:
@@ -86,6 +100,25 @@ def conv2d_to_matmul(op: Operator) -> list[Tensor] | None:
     if tuple(y.shape) != tuple(expected.shape):
         return None
     return [y]
+
+
+def _channels_first(matmul: Callable, x: Tensor, weight: Tensor, a: dict, dims: tuple) -> Tensor | None:
+    """``[1, O, K] @ [N, K, OH*OW]`` reshaped to NCHW, or None where the registered
+    matmul does not take it (or gives another shape)."""
+    n, o, cig, kh, kw, oh, ow = dims
+    pointwise = (kh, kw) == (1, 1) and tuple(a["stride"]) == (1, 1) and tuple(a["padding"]) == (0, 0, 0, 0)
+    try:
+        if pointwise:
+            windows = shape_layout.reshape(x, [n, cig, oh * ow])                             # [N, C, H*W]
+        else:
+            windows = conv.im2col(x, (kh, kw), stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
+                                  channels_first=True)                                       # [N, K, OH*OW]
+        product = _single(matmul(shape_layout.reshape(weight, [1, o, cig * kh * kw]), windows))
+        if tuple(product.shape) != (n, o, oh * ow):
+            return None
+        return shape_layout.reshape(product, [n, o, oh, ow])
+    except (ShapeError, TypeError, ValueError):
+        return None
 
 
 def _single(outputs: Tensor | Sequence[Tensor]) -> Tensor:
