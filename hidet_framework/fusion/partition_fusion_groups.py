@@ -34,18 +34,27 @@ from hidet_framework.graph.tensor import Operator, Tensor
 
 FUSED_OPERATOR = "fused"
 GROUP_ATTRIBUTE = "fusion_group"
+BOUNDARIES_STAT = "fusion_boundaries"  # pass_stats key: {output name: why fusion stopped there}
 
 
-def _one_output_injective(op: Operator) -> bool:
-    return len(op.outputs) == 1 and op.task.is_injective() and op.outputs[0].size > 0
-
-
-def _bijective_from(op: Operator, position: int) -> bool:
+def _not_bijective_because(op: Operator, position: int) -> str:
+    """Why `op` cannot take input `position` as an epilogue ('' when it can)."""
     try:
         epilogue_form(op.task, position)
-    except FusionError:
-        return False
-    return True
+    except FusionError as exc:
+        return str(exc) or "not a bijection"
+    return ""
+
+
+def _why_not_joined(op: Operator) -> str:
+    """Why `op` cannot join another operator's group ('' when it could)."""
+    if len(op.outputs) != 1:
+        return f"{op.name} has {len(op.outputs)} outputs"
+    if not op.task.is_injective():
+        return f"{op.name} reduces (not injective): it anchors its own group"
+    if op.outputs[0].size == 0:
+        return f"{op.name}'s output is empty"
+    return ""
 
 
 class _Partition:
@@ -58,21 +67,36 @@ class _Partition:
         self.returned = {t.uid for t in graph.outputs}
         self.group_of: dict[int, int] = {}  # id(op) -> group index
         self.groups: list[dict] = []
+        self.boundaries: list[list[str]] = []  # per group: why a neighbour stayed out (fusion_report)
 
     def _single_use(self, t: Tensor) -> bool:
         return t.uid not in self.returned and len(self.uses.get(t.uid, ())) == 1
 
+    def _why_stored(self, t: Tensor) -> str:
+        if t.uid in self.returned:
+            return "it is a graph output"
+        return f"it is read {len(self.uses.get(t.uid, ()))} times"
+
     def _new_group(self, anchor: Operator) -> int:
         self.groups.append({"anchor": anchor, "prologue": [], "epilogue": []})
+        self.boundaries.append([])
         self.group_of[id(anchor)] = len(self.groups) - 1
         return len(self.groups) - 1
 
     def _grow_epilogue(self, g: int) -> None:
         current = self.groups[g]["anchor"]
-        while len(current.outputs) == 1 and self._single_use(current.outputs[0]):
+        while len(current.outputs) == 1:
+            if not self._single_use(current.outputs[0]):
+                if self.uses.get(current.outputs[0].uid):  # (a graph output nothing reads is just the end)
+                    self.boundaries[g].append(f"stored after {current.name}: {self._why_stored(current.outputs[0])}")
+                return
             consumer, position = self.uses[current.outputs[0].uid][0]
-            if (id(consumer) in self.group_of or not _one_output_injective(consumer)
-                    or not _bijective_from(consumer, position)):
+            why = _why_not_joined(consumer)
+            if id(consumer) in self.group_of and not why:
+                return  # taken by another group (reasons are given there)
+            why = why or _not_bijective_because(consumer, position)
+            if why:
+                self.boundaries[g].append(f"{consumer.name} not fused after {current.name}: {why}")
                 return
             self.group_of[id(consumer)] = g
             self.groups[g]["epilogue"].append(consumer)
@@ -81,8 +105,14 @@ class _Partition:
     def _grow_prologue(self, g: int, op: Operator) -> None:
         for t in op.inputs:
             producer = t.producer
-            if (producer is None or id(producer) in self.group_of or not self._single_use(t)
-                    or not _one_output_injective(producer)):
+            if producer is None:
+                continue
+            why = _why_not_joined(producer)
+            if id(producer) in self.group_of and not why:
+                continue  # taken by another group (reasons are given there)
+            why = why or ("" if self._single_use(t) else self._why_stored(t))
+            if why:
+                self.boundaries[g].append(f"{producer.name} not fused before {op.name}: {why}")
                 continue
             self.group_of[id(producer)] = g
             self.groups[g]["prologue"].append(producer)
@@ -156,6 +186,13 @@ def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = Non
         fused += 1
         grouped += len(group.members)
     ctx.record("partition_fusion_groups", groups=fused, operators_fused=grouped)
+    # why each group (or lone operator) stops where it does, by its output's name (kept
+    # across the rebuild); fusion_report() shows it
+    boundaries = ctx.stats.setdefault(BOUNDARIES_STAT, {})
+    for parts, reasons in zip(partition.groups, partition.boundaries):
+        if reasons:
+            last = parts["epilogue"][-1] if parts["epilogue"] else parts["anchor"]
+            boundaries[last.outputs[0].name] = "; ".join(reasons)
     return rebuild.graph(graph)
 
 

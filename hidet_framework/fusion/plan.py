@@ -99,7 +99,9 @@ class GroupReport:
         per operator), or ``single`` (an operator that was not grouped).
     :param launches: kernel launches it takes.
     :param scheduled_by: ``auto`` or the anchor template's name.
-    :param reason: why a group fell back (empty otherwise).
+    :param reason: why a group fell back; for the others, why fusion stopped at their
+        edges (a neighbour that reduces, is not a bijection, or a value stored because
+        it is read twice or returned); empty when nothing stopped it.
     """
 
     operators: str

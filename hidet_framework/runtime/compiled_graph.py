@@ -23,7 +23,7 @@ from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.runtime.compiled_task import GraphInputError
 from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
-from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
+from hidet_framework.fusion.partition_fusion_groups import BOUNDARIES_STAT, GROUP_ATTRIBUTE
 from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding
 from hidet_framework.graph.tensor import Operator, Tensor
 
@@ -321,17 +321,19 @@ class CompiledGraph:
         the anchor in brackets; ``fused`` when grafted into one kernel, ``separate``
         with the reason when a graft was impossible) or a lone operator (``single``)."""
         rows = []
+        boundaries = self.pass_stats.get(BOUNDARIES_STAT, {})
         for op, task, launches in zip(self.graph.nodes, self.tasks, self._launch_counts):
             scheduled = getattr(task, "scheduled", None)
             source = getattr(scheduled, "source", "") if scheduled is not None else ""
             group = op.attributes.get(GROUP_ATTRIBUTE)
+            boundary = boundaries.get(op.outputs[0].name, "") if op.outputs else ""
             if group is None:
-                rows.append(GroupReport(op.name, "single", launches, source))
+                rows.append(GroupReport(op.name, "single", launches, source, boundary))
                 continue
             if isinstance(task, ChainedTask):
                 rows.append(GroupReport(group.describe(), "separate", launches, source, task.fallback_reason))
             else:
-                rows.append(GroupReport(group.describe(), "fused", launches, source))
+                rows.append(GroupReport(group.describe(), "fused", launches, source, boundary))
         return rows
 
     def __repr__(self) -> str:
