@@ -99,3 +99,29 @@ def test_the_rules_are_registered_through_the_plugin_at_phase_0():
     for name in ("fold_batch_norm_into_conv2d", "fold_scale_into_conv2d", "fold_shift_into_conv2d"):
         assert rules[name].point == points.GRAPH_REWRITE and rules[name].phase == 0
     assert getattr(rules["conv2d_to_matmul"], "phase", 1) == 1
+
+
+def test_an_onnx_conv_batch_normalization_loads_as_one_convolution(rng):
+    """Through the ONNX frontend (which makes BatchNormalization with known statistics
+    a multiply and an add): the compiled graph has no multiply left, and it agrees with
+    onnxruntime."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w, b, gamma, beta, mean, var = _params(rng, 3, 4)
+    inits = [numpy_helper.from_array(v, n) for v, n in
+             ((w, "W"), (b, "B"), (gamma, "g"), (beta, "be"), (mean, "m"), (var, "v"))]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["y"], epsilon=1e-3)]
+    model = helper.make_model(
+        helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 4])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    fn = hf.compile(hf.load(model), target="evaluator", fusion=False)
+    names = " ".join(_ops_named(fn)).split()
+    assert "mul" not in names and "batch_norm" not in names, names
+    xv = rng.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xv})
+    np.testing.assert_allclose(fn(xv), want, rtol=1e-4, atol=1e-4)
+    del onnx
