@@ -145,7 +145,7 @@ def test_schedule_seam_uses_the_tuner_only_with_applicable_templates(isolated_pl
 
     calls = []
 
-    def fake_tune(task, attributes, operator, target, templates, level, *, prepare, measure):
+    def fake_tune(task, attributes, operator, target, templates, level, *, prepare, measure, build=None):
         calls.append((operator, [t.name for t in templates], level, callable(prepare), callable(measure)))
         return types.SimpleNamespace(template=templates[0], params={"tile": 4})
 

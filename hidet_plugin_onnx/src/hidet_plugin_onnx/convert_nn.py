@@ -190,20 +190,12 @@ def _layer_norm(ctx):
     x = ctx.tensor(0)
     bias = ctx.tensor(2) if ctx.has(2) else None
     axis, eps = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
-    y = ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps)
     if not any(name for name in ctx.node.output[1:]):
-        return y
+        return ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps)
     if ctx.attr("stash_type", 1) != 1:
         raise ctx.error("stash_type other than 1 (float32) is not supported for the Mean and InvStdDev outputs")
-    # the optional outputs, in float32 (the stash type): the mean and 1/sqrt(var + eps)
-    # over x.shape[axis:], with the reduced axes kept
-    axes = list(range(axis + x.rank if axis < 0 else axis, x.rank))
-    xf = x if x.dtype.name == "float32" else ctx.op("cast")(x, "float32")
-    mean = ctx.op("reduce_mean")(xf, axes=axes, keepdims=True)
-    centered = ctx.op("sub")(xf, mean)
-    var = ctx.op("reduce_mean")(ctx.op("mul")(centered, centered), axes=axes, keepdims=True)
-    inv_std = ctx.op("rsqrt")(ctx.op("add")(var, ctx.as_tensor(np.asarray(eps, np.float32))))
-    return [y, mean, inv_std]
+    # the optional Mean and InvStdDev outputs (float32, the stash type)
+    return list(ctx.op("layer_norm")(x, ctx.tensor(1), bias, axis=axis, epsilon=eps, return_stats=True))
 
 
 @converter("InstanceNormalization", needs=("instance_norm",))

@@ -119,18 +119,18 @@ class RowDeal:
         return slot * self.per_worker + k if self.order == "block" else k * self.workers + slot
 
 
-def _rows(workers: int, count: int, order: str) -> RowDeal:
+def deal_rows(workers: int, count: int, order: str) -> RowDeal:
     return RowDeal(workers, count, order)
 
 
 # ------------------------------------------------------------------ kernels
 
-def _reduce_rows(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
     core = CORE[kind]
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
 
     @script
     def reduce_rows(x: xt, y: yt):
@@ -157,13 +157,13 @@ def _reduce_rows(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     return reduce_rows
 
 
-def _reduce_columns(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
+def reduce_columns_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str):
     workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
     core = CORE[kind]
     outer, extent, inner = acc.outer, acc.extent, acc.inner
     tiles = _ceil_div(inner, lanes)
     items = outer * tiles
-    work = _rows(workers, items, p["order"])
+    work = deal_rows(workers, items, p["order"])
 
     @script
     def reduce_columns(x: xt, y: yt):
@@ -195,11 +195,11 @@ def _reduce_columns(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str
     return reduce_columns
 
 
-def _arg_scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last: bool):
+def arg_scan_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last: bool):
     workers = int(p["workers"])
     outer, extent, inner = acc.outer, acc.extent, acc.inner
     items = outer * inner
-    work = _rows(workers, items, p["order"])
+    work = deal_rows(workers, items, p["order"])
     is_max = acc.kind == "argmax"
 
     @script
@@ -225,11 +225,11 @@ def _arg_scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, last
     return arg_scan
 
 
-def _softmax_rows(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
+def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (workers * extent,))

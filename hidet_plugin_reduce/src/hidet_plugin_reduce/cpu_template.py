@@ -15,7 +15,9 @@ from hidet_framework.lang import attrs, local_tensor, parallel, script, script_m
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
-from .cpu_rows import _arg_scan, _reduce_columns, _reduce_rows, _rows, _softmax_rows, cpu_space
+from .cpu_rows import (
+    arg_scan_kernel, cpu_space, deal_rows, reduce_columns_kernel, reduce_rows_kernel, softmax_rows_kernel,
+)
 from .row_access import FAMILIES, RowAccess, accumulator_dtype
 
 __all__ = ["CpuRowTemplate", "build_cpu"]
@@ -27,7 +29,7 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
-    rows = _rows(workers, outer, p["order"])
+    rows = deal_rows(workers, outer, p["order"])
     f32 = dtypes.float32
     centered = acc.kind != "rms_norm"
     inv_count = 1.0 / extent
@@ -86,7 +88,7 @@ def _scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, exclusiv
     width = lanes if inner > 1 else 1
     tiles = -(-inner // width)
     items = outer * tiles
-    work = _rows(workers, items, p["order"])
+    work = deal_rows(workers, items, p["order"])
 
     @script
     def scan_rows(x: xt, y: yt):
@@ -134,16 +136,16 @@ def build_cpu(operator: str, task: Any, attributes: Mapping[str, Any], params: M
     workspace: tuple = ()
     buffers = [BufferRef("input", 0), BufferRef("output", 0)]
     if family == "reduce":
-        fn = (_reduce_rows if acc.inner == 1 else _reduce_columns)(acc, xt, yt, adt, params, name)
+        fn = (reduce_rows_kernel if acc.inner == 1 else reduce_columns_kernel)(acc, xt, yt, adt, params, name)
         module = script_module(fn, name=name)
     elif family == "arg":
-        fn = _arg_scan(acc, xt, yt, adt, params, name, bool(attributes.get("select_last_index", False)))
+        fn = arg_scan_kernel(acc, xt, yt, adt, params, name, bool(attributes.get("select_last_index", False)))
         module = script_module(fn, name=name)
     elif family == "scan":
         fn = _scan(acc, xt, yt, adt, params, name, bool(attributes.get("exclusive")), bool(attributes.get("reverse")))
         module = script_module(fn, name=name)
     elif family == "softmax":
-        fn = _softmax_rows(acc, xt, yt, params, name)
+        fn = softmax_rows_kernel(acc, xt, yt, params, name)
         module = script_module(fn, name=name)
         workspace = (WorkspaceSpec("exp_rows", "float32", (int(params["workers"]) * acc.extent,)),)
         buffers.append(BufferRef("workspace", 0))

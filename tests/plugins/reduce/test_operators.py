@@ -48,7 +48,9 @@ def _draw(rand, kind, shape, dtype):
 def test_reduce_every_axis_and_keepdims(kind, target, rand, check):
     x = hf.symbol(SHAPE, "float32")
     a = _draw(rand, kind, SHAPE, "float32")
-    cases = [(axes, keepdims) for axes in AXES for keepdims in (False, True)]
+    # every axis set without keepdims, and keepdims on a middle axis, a non-contiguous
+    # pair, everything and nothing (each case is one build: CI time)
+    cases = [(axes, False) for axes in AXES] + [(axes, True) for axes in (1, (0, 2), None, ())]
     outs = [getattr(hf.ops, f"reduce_{kind}")(x, axes, keepdims=keepdims) for axes, keepdims in cases]
     results, _ = check.run_graph(outs, [x], [a], target)
     tol = 2e-4 if kind == "prod" else None
