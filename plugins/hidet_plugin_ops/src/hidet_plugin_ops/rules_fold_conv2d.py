@@ -88,6 +88,8 @@ def fold_batch_norm(op: Operator) -> list[Tensor] | None:
 
 
 def _conv_and_coefficients(op: Operator) -> tuple[Operator, np.ndarray] | None:
+    if len(op.inputs) != 2:  # (a scalar operand may be kept as an attribute: one input)
+        return None
     for k in (0, 1):
         conv_op = _foldable_conv(op.inputs[k])
         if conv_op is not None and _same_output(op, op.inputs[k]):
