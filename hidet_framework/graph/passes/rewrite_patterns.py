@@ -10,6 +10,10 @@ A rule is an object registered through ``register_passes`` with
   kernels, e.g. weights packed for the CPU's SIMD width); such a rule runs only when
   ``ctx.target`` is one of them.
 
+- optionally ``phase`` (an int, 1 when absent): rules run phase by phase, lowest
+  first, each phase to its own fixpoint; folding rules (phase 0) thus see patterns
+  that a lowering rewrite of phase 1 (conv2d into im2col + matmul) would hide.
+
 Rules are tried in registration order; the first that answers wins for that operator.
 A round visits every operator once (inputs already rewritten, so rules see the current
 graph); rounds repeat until none fires, at most ``ctx.max_rewrite_rounds`` times — two
@@ -81,24 +85,26 @@ def _round(graph: FlowGraph, by_name: dict[str, list[Any]]) -> tuple[FlowGraph, 
 def rewrite_patterns(graph: FlowGraph, ctx: GraphPassContext | None = None) -> FlowGraph:
     ctx = ctx or GraphPassContext()
     rules: Sequence[Any] = registered_rules() if ctx.rewrite_rules is None else ctx.rewrite_rules
-    by_name: dict[str, list[Any]] = {}
+    phases: dict[int, dict[str, list[Any]]] = {}
     for rule in rules:
         targets = getattr(rule, "targets", None)
         if targets is not None and ctx.target not in targets:
             continue
+        by_name = phases.setdefault(int(getattr(rule, "phase", 1)), {})
         for name in getattr(rule, "op_names", ()):
             by_name.setdefault(name, []).append(rule)
-    if not by_name or ctx.max_rewrite_rounds <= 0:
+    if not any(phases.values()) or ctx.max_rewrite_rounds <= 0:
         return graph
     applied = 0
-    for _ in range(ctx.max_rewrite_rounds):
-        graph, fired = _round(graph, by_name)
-        applied += len(fired)
-        if not fired:
-            break
-    else:
-        warnings.warn(f"graph rewriting did not reach a fixpoint in {ctx.max_rewrite_rounds} rounds; "
-                      f"rules still firing: {', '.join(sorted(set(fired)))}. Keeping the last graph.",
-                      RuntimeWarning, stacklevel=2)
+    for phase in sorted(phases):
+        for _ in range(ctx.max_rewrite_rounds):
+            graph, fired = _round(graph, phases[phase])
+            applied += len(fired)
+            if not fired:
+                break
+        else:
+            warnings.warn(f"graph rewriting did not reach a fixpoint in {ctx.max_rewrite_rounds} rounds; "
+                          f"rules still firing: {', '.join(sorted(set(fired)))}. Keeping the last graph.",
+                          RuntimeWarning, stacklevel=2)
     ctx.record("rewrite_patterns", applied=applied)
     return graph

@@ -13,7 +13,7 @@ from typing import Callable
 
 from hidet_framework.extension import hookimpl
 
-from . import activations, binary, conv, index_ops, pooling, rewrites, shape_layout, shape_select, unary
+from . import activations, binary, conv, index_ops, pooling, rewrites, rules_fold_conv2d, shape_layout, shape_select, unary
 
 
 def operators() -> dict[str, Callable]:
@@ -35,7 +35,7 @@ def register_operators(register) -> None:
 
 @hookimpl
 def register_passes(register) -> None:
-    for rule in rewrites.RULES:
+    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES):
         register(rule.name, rule)
 
 

@@ -34,6 +34,7 @@ class GraphRewriteRule:
     rewrite: Callable[[Operator], "list[Tensor] | None"]
     point: str = "graph_rewrite"
     description: str = ""
+    phase: int = 1  # the engine runs phase 0 (folding rules) to a fixpoint before phase 1
 
 
 def _registered_matmul() -> Callable | None:
