@@ -32,7 +32,9 @@ from hidet_framework.ir.expr import (
 )
 from hidet_framework.ir.functors import IRRewriter, collect
 from hidet_framework.ir.primitives import lookup_primitive
-from hidet_framework.simplifier.simplify_div_mod import div_mod_by_bounds, nested_div_mod, split_multiples
+from hidet_framework.simplifier.simplify_div_mod import (
+    div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples,
+)
 from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
@@ -200,7 +202,8 @@ def logic_with_constant(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
 
 
 BINARY_RULES: dict[str, tuple[Rule, ...]] = {
-    "add": (fold_constants, constant_to_right, _identity("+", 0), reassociate, negative_constant_flip),
+    "add": (fold_constants, constant_to_right, _identity("+", 0), reassociate, negative_constant_flip,
+            recombine_div_mod),
     "sub": (fold_constants, _identity("-", 0), cancel_self, reassociate, negative_constant_flip),
     "mul": (fold_constants, constant_to_right, _identity("*", 1), _absorb(0, 0), reassociate,
             distribute_constant),

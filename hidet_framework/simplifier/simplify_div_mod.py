@@ -75,6 +75,39 @@ def split_multiples(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     return None
 
 
+def recombine_div_mod(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
+    """(x / c) * c + x % c -> x and (x / a % b) * a + x % a -> x % (a*b), wherever the
+    two terms sit in a sum (a reshape's unravel-then-ravel leaves these). With C's
+    truncating division both hold for every x: x = (x/a)*a + x%a, and x/a = (x/a/b)*b
+    + x/a%b, the remainders taking the sign of x; needs a, b > 0, a*b fitting the type
+    and x free of side effects (one copy of it is dropped)."""
+    t = same_int_type(e, e.a, e.b)
+    if not t or e.op != "add":
+        return None
+    from hidet_framework.simplifier.simplify import same_expr
+
+    terms = _add_terms(e, t)
+    for i, rem in enumerate(terms):
+        if not (isinstance(rem, BinaryOp) and rem.op == "mod" and is_const(rem.b) and rem.b.value > 0):
+            continue
+        x, a = rem.a, rem.b.value
+        for j, other in enumerate(terms):
+            q = _exact_quotient(other, a, t) if j != i and not is_const(other) else None
+            if q is None or not isinstance(q, BinaryOp):
+                continue
+            if q.op == "div" and is_const(q.b, a) and same_expr(q.a, x) and s.may_drop(x):
+                whole = x                                                   # (x / a) * a + x % a
+            elif (q.op == "mod" and is_const(q.b) and q.b.value > 0 and isinstance(q.a, BinaryOp)
+                  and q.a.op == "div" and is_const(q.a.b, a) and same_expr(q.a.a, x)
+                  and fits(a * q.b.value, t) and s.may_drop(x)):
+                whole = BinaryOp("mod", x, const(a * q.b.value, t))         # (x / a % b) * a + x % a
+            else:
+                continue
+            rest = [term for k, term in enumerate(terms) if k not in (i, j)]
+            return _sum(rest + [whole]) if rest else whole
+    return None
+
+
 def _add_terms(e: Expr, t: DataType) -> list[Expr]:
     """The terms of a sum (x - c counts as the term -c), all of type `t`."""
     if isinstance(e, BinaryOp) and infer_type(e) is t and same_int_type(e.a, e.b):

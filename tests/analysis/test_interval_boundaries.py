@@ -15,7 +15,8 @@ x, y = var("x"), var("y")
 
 # (x range, y range) half-open, as the simplifier's callers give them
 RANGES = [((0, 4), (4, 5)), ((0, 5), (4, 5)), ((-5, 0), (4, 5)), ((-2, 6), (3, 4)), ((0, 11), (-4, -3)),
-          ((-7, 8), (2, 3)), ((1, 6), (-2, 0)), ((-3, 3), (-3, 4)), ((3, 4), (3, 4)), ((0, 3), (5, 9))]
+          ((-7, 8), (2, 3)), ((1, 6), (-2, 0)), ((-3, 3), (-3, 4)), ((3, 4), (3, 4)), ((0, 3), (5, 9)),
+          ((0, 5), (0, 4)), ((0, 5), (-3, 1)), ((2, 6), (1, 4)), ((-5, 2), (4, 5))]
 OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
        "div": lambda a, b: a // b, "mod": lambda a, b: a % b, "min": minimum, "max": maximum,
        "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "eq": lambda a, b: BinaryOp("eq", a, b),
@@ -50,6 +51,9 @@ TIGHT = [
     (x % y, (0, 3), (5, 9), Interval(0, 2)),        # x below the smallest divisor
     (x % y, (-5, 0), (4, 5), Interval(-3, 0)),      # C: the sign of x
     (x % y, (-2, 6), (3, 4), Interval(-2, 2)), (x % y, (0, 11), (-4, -3), Interval(0, 3)),
+    (x % y, (0, 5), (1, 4), Interval(0, 2)),        # a divisor of exactly 1 is still positive
+    (x % y, (-5, 2), (4, 5), Interval(-3, 1)),      # x reaches 1: not the non-positive case
+    (x // y, (2, 6), (1, 4), Interval(0, 5)),       # dividing by exactly 1 keeps the sign
     (x < y, (0, 4), (4, 5), Interval(1, 1)), (x < y, (0, 5), (4, 5), Interval(0, 1)),
     (x <= y, (0, 5), (4, 5), Interval(1, 1)), (x <= y, (0, 6), (4, 5), Interval(0, 1)),
     (x < y, (4, 6), (4, 5), Interval(0, 0)), (x <= y, (5, 7), (4, 5), Interval(0, 0)),

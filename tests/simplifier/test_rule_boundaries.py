@@ -25,6 +25,7 @@ CASES = [
     (minimum(j, 3), j, KEEP), (maximum(j, 3), const(3), KEEP),
     (minimum(j, 4), j, j), (maximum(j, 4), const(4), const(4)),
     (maximum(m, -3), m, KEEP), (minimum(m, -3), const(-3), KEEP),
+    (minimum(j + 3, 3), const(3), const(3)), (maximum(3, j + 3), j + 3, j + 3),  # equal at one end
     (j < 4, const(True), KEEP), (j <= 3, const(True), KEEP), (j >= 0, const(True), const(True)),
     (m < -3, const(False), KEEP), (m >= -3, const(True), KEEP),
 ]
@@ -73,3 +74,27 @@ def test_nested_div_mod_boundaries():
 def test_constant_moves_right_before_bounds_apply():
     assert_structural_equal(simplify(minimum(3, j), BOUNDS), j)
     assert_structural_equal(simplify(minimum(3, j), WIDE), minimum(j, 3))
+
+
+def test_rules_keep_int64_types():
+    """The same rules on int64 operands (and mixed with int32): every result keeps the
+    expression's type, and no rule fires across mismatched integer types."""
+    from hidet_framework.ir import dtypes
+    from hidet_framework.ir.type_infer import infer_type
+
+    a, b = var("a", dtypes.int64), var("b", dtypes.int64)
+    bounds = {a: (1, 9), b: (0, 4)}
+    for expr in [(a * 4 + b) // 4, (a * 4 + b) % 4, (a * 8) % 4, (a * 8) // 4, (a * 4 - 4) // 4, (a // 4) // 8,
+                 (a % 16) % 4, b // 4, b % 4, minimum(b, 3), maximum(b, 3), a * 1, a * 0, a % 1, a + 0,
+                 (a * 6 + b * 2) // 2]:
+        got = simplify(expr, bounds)
+        assert infer_type(got) is dtypes.int64, (expr, got)
+        for va in range(1, 9):
+            for vb in range(0, 4):
+                env = {a: va, b: vb}
+                assert evaluate_expr(got, env) == evaluate_expr(expr, env), (expr, got)
+    mixed = (a * 4 + j) // 4  # int64 and int32 terms
+    got = simplify(mixed, {a: (1, 9), j: (0, 4)})
+    for va in range(1, 9):
+        for vj in range(0, 4):
+            assert evaluate_expr(got, {a: va, j: vj}) == evaluate_expr(mixed, {a: va, j: vj})

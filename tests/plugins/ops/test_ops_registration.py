@@ -14,6 +14,10 @@ EXPECTED = {
     "logical_and", "logical_or", "logical_not", "logical_xor", "cast", "maximum", "minimum",
     "reshape", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "expand", "broadcast_to", "concat",
     "split", "slice", "gather", "pad", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "conv2d", "im2col",
+    # activations.py and index_ops.py (what ONNX models need beyond the above)
+    "floor", "ceil", "round", "sin", "cos", "sign", "reciprocal", "isnan", "isinf", "elu", "leaky_relu",
+    "hard_sigmoid", "hard_swish", "softplus", "prelu", "mod", "tile", "gather_elements", "gather_nd", "trilu",
+    "resize",
 }
 
 
