@@ -50,7 +50,7 @@ def input_arrays(specs: Sequence[tuple], inputs_file: str | None, model: str | N
             if key not in data.files:
                 raise ValueError(f"{inputs_file} has no array {name!r} (nor {key!r}); it has "
                                  f"{', '.join(data.files) or 'nothing'}")
-            arrays.append(np.ascontiguousarray(data[key]))
+            arrays.append(np.asarray(data[key], order="C"))
     return arrays
 
 

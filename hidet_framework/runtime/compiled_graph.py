@@ -237,7 +237,7 @@ class CompiledGraph:
         if isinstance(view, np.ndarray):
             np.copyto(view, np.asarray(value), casting="no")
         elif isinstance(value, np.ndarray) or _on_host(value):
-            view.copy_from_host(np.ascontiguousarray(np.asarray(value)))
+            view.copy_from_host(np.asarray(value, order="C"))
         else:
             if type(value) is not type(view):
                 value = self.device.from_dlpack(value)

@@ -87,5 +87,5 @@ def interpret_task(task: Task, arrays: Sequence[np.ndarray]) -> Optional[list[np
         return None
     compiled = EVALUATOR.compile(task, auto_schedule(task, EVALUATOR.backend))
     outputs = [np.empty([int(s) for s in t.shape], dtype=t.dtype.numpy_name) for t in task.outputs]
-    compiled.run([np.ascontiguousarray(a) for a in arrays], outputs)
+    compiled.run([np.asarray(a, order="C") for a in arrays], outputs)
     return outputs

@@ -112,7 +112,7 @@ def save_compiled(compiled: Any, folder: str, source: str | None = None) -> str:
     weight_table, offset = [], 0
     with open(os.path.join(folder, WEIGHTS), "wb") as f:
         for w in writer.weights:
-            data = np.ascontiguousarray(w)
+            data = np.asarray(w, order="C")
             carrier = data.view(np.uint16) if data.dtype.name == "bfloat16" else data
             f.write(carrier.tobytes())
             weight_table.append({"offset": offset, "shape": list(data.shape), "dtype": carrier.dtype.name})

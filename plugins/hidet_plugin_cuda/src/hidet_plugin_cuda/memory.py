@@ -173,7 +173,7 @@ class DeviceArray:
         `dtype` names the device dtype when the numpy dtype can't (bfloat16 bits in uint16)."""
         import numpy as np
 
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # keeps 0-d arrays 0-d (ascontiguousarray makes them 1-d)
         out = cls.empty(host.shape, dtype or host.dtype, device_id=device_id)
         out.copy_from_host(host, stream=stream)
         return out
