@@ -1,5 +1,5 @@
 """The CPU template of ``matmul_prepacked`` (short M, B packed at compile time by
-`cpu_prepack.py`): GEMV for M of 1 to 4, and short GEMM up to 32 rows.
+`cpu_prepack.py`): GEMV for M of 1 to 4, and GEMM up to MAX_ROWS (512) rows.
 
     parallel over workers w:                    (task mapping spatial(workers))
         for each of w's panels p (a loop: the count grows with N):
@@ -36,6 +36,9 @@ from hidet_plugin_matmul.cpu_prepack import PREPACKED_OPERATOR
 from hidet_plugin_matmul.cpu_space import FLOAT_BYTES, target_facts
 
 __all__ = ["CpuPrepackedMatmul", "gemv_space", "build_cpu_gemv"]
+
+
+TASKS_PER_WORKER = 4
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -121,7 +124,9 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     ku = int(params.get("ku", 4))
     workers = max(1, int(params.get("workers", facts["cores"])))
     panels = _ceil_div(n, nr)
-    workers = min(workers, panels)
+    # parallel items: TASKS_PER_WORKER per thread (one or more panels each), which the
+    # thread pool hands out dynamically (a descheduled thread holds back one item)
+    workers = min(workers * TASKS_PER_WORKER if workers > 1 else 1, panels)
     per_worker = _ceil_div(panels, workers)
     k_blocks = _ceil_div(k, kc)
     row_blocks = _ceil_div(m, mr)
