@@ -89,12 +89,13 @@ def profile(fn, arrays, repeat: int) -> list[tuple]:
     return rows
 
 
-def task_sources(fn) -> list[str]:
-    """The template (or auto-schedule) of each launch, in launch order."""
-    out = []
-    for task, count in zip(fn.tasks, getattr(fn, "_launch_counts", [1] * len(fn.tasks))):
+def kernel_sources(fn) -> dict:
+    """Kernel name -> the template (or ``auto``) that scheduled it."""
+    out = {}
+    for task in fn.tasks:
         scheduled = getattr(task, "scheduled", None)
-        out += [getattr(scheduled, "source", "") or "auto"] * count
+        for launch in getattr(scheduled, "launches", ()):
+            out[launch.name] = getattr(scheduled, "source", "") or "auto"
     return out
 
 
@@ -138,11 +139,11 @@ def main() -> int:
                   f"(max rel err {err:.1e}, {fn.num_launches} launches, compile {compile_s:.1f} s, "
                   f"load average {os.getloadavg()[0]:.1f})")
             rows = profile(fn, arrays, args.repeat)
-            sources = task_sources(fn)
+            sources = kernel_sources(fn)
             total = sum(r[0] for r in rows)
             by_kernel: dict = {}
             for t, k, kname, shapes in rows:
-                src = sources[k] if k < len(sources) else "?"
+                src = sources.get(kname, "?")
                 key = (src, kname.rsplit("_", 1)[0] if kname[-1:].isdigit() else kname, str(shapes))
                 entry = by_kernel.setdefault(key, [0.0, 0])
                 entry[0] += t
