@@ -95,7 +95,7 @@ def kernel_sources(fn) -> dict:
     for task in fn.tasks:
         scheduled = getattr(task, "scheduled", None)
         for launch in getattr(scheduled, "launches", ()):
-            out[launch.name] = getattr(scheduled, "source", "") or "auto"
+            out[launch.function] = getattr(scheduled, "source", "") or "auto"
     return out
 
 
@@ -143,7 +143,7 @@ def main() -> int:
             total = sum(r[0] for r in rows)
             by_kernel: dict = {}
             for t, k, kname, shapes in rows:
-                src = sources.get(kname, "?")
+                src = sources.get(kname, "auto")
                 key = (src, kname.rsplit("_", 1)[0] if kname[-1:].isdigit() else kname, str(shapes))
                 entry = by_kernel.setdefault(key, [0.0, 0])
                 entry[0] += t
