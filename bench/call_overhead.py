@@ -1,0 +1,163 @@
+"""Host and device time per call of compiled graphs called with torch CUDA tensors,
+side by side with torch eager running the same ops, in one process.
+
+    python bench/call_overhead.py [--calls 1000] [--out DIR]
+
+Cases: relu on 1 float32 element; a 4-op float16 elementwise chain on 16M elements
+(``relu(x * y + x) - y``, one fused kernel for us, four for torch); a 128x768x3072
+MLP block in float16 (``relu(x @ w1 + b1) @ w2 + b2``). Ours in three variants:
+``cuda_graph=True`` (one graph launch per call, pointers bound by kernel-node
+parameter update: the default), ``"copy"`` (the graph stays bound to the arena;
+inputs and outputs are copied through it) and ``False`` (plain launches).
+
+Columns, all medians:
+- host us: perf_counter around one call, the device synchronized between calls
+  (outside the timed region) so the launch queue never pushes back; 1,000 calls.
+- host us, new ptrs: the same with three input sets in turn, so every call binds
+  new input pointers (parameter updates / copies each time).
+- device us: CUDA events on the current stream around one call (200 calls).
+- loop us: wall time of 1,000 back-to-back calls / 1,000 (then one sync).
+- err: ||ours - ref|| / ||ref|| against float64 numpy (torch rows: torch's own).
+
+Also a cpu row: the numpy zero-copy path of a 1-element relu (cpu target), host us.
+Prints the table last; with --out writes call_overhead.json there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def host_us(fn, inputs, calls, sync):
+    times = []
+    for i in range(calls):
+        args = inputs[i % len(inputs)]
+        sync()
+        start = time.perf_counter_ns()
+        fn(*args)
+        times.append(time.perf_counter_ns() - start)
+    sync()
+    return statistics.median(times) / 1e3
+
+
+def device_us(torch, fn, args, calls=200):
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def loop_us(torch, fn, args, calls):
+    torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter_ns() - start) / calls / 1e3
+
+
+def cases(hf, torch, rng):
+    """(name, graph, torch eager function, input sets (numpy), float64 reference)."""
+    x = hf.symbol((1,), "float32", name="x")
+    yield ("relu 1 fp32", hf.trace(hf.ops.relu(x), inputs=[x]), torch.relu,
+           [[rng.standard_normal(1).astype(np.float32)] for _ in range(3)], lambda a: np.maximum(a, 0))
+
+    n = 16 * 1024 * 1024
+    a, b = hf.symbol((n,), "float16", name="a"), hf.symbol((n,), "float16", name="b")
+    chain = hf.ops.sub(hf.ops.relu(hf.ops.add(hf.ops.mul(a, b), a)), b)
+    yield ("4-op fp16 chain 16M", hf.trace(chain, inputs=[a, b]), lambda p, q: torch.relu(p * q + p) - q,
+           [[rng.standard_normal(n).astype(np.float16) for _ in range(2)] for _ in range(3)],
+           lambda p, q: np.maximum(p * q + p, 0) - q)
+
+    m, d, f = 128, 768, 3072
+    w1 = (rng.standard_normal((d, f)) / np.sqrt(d)).astype(np.float16)
+    b1 = rng.standard_normal(f).astype(np.float16)
+    w2 = (rng.standard_normal((f, d)) / np.sqrt(f)).astype(np.float16)
+    b2 = rng.standard_normal(d).astype(np.float16)
+    xs = hf.symbol((m, d), "float16", name="x")
+    h = hf.ops.relu(hf.ops.add(hf.ops.matmul(xs, hf.constant(w1)), hf.constant(b1)))
+    mlp = hf.ops.add(hf.ops.matmul(h, hf.constant(w2)), hf.constant(b2))
+    tw = [torch.from_numpy(v).cuda() for v in (w1, b1, w2, b2)]
+    yield ("MLP 128x768x3072 fp16", hf.trace(mlp, inputs=[xs]),
+           lambda t: torch.relu(t @ tw[0] + tw[1]) @ tw[2] + tw[3],
+           [[rng.standard_normal((m, d)).astype(np.float16)] for _ in range(3)],
+           lambda t: np.maximum(t @ w1.astype(np.float64) + b1, 0) @ w2.astype(np.float64) + b2)
+
+
+def rel_err(got, want):
+    got = np.asarray(got, dtype=np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def cpu_row(hf, rng, calls):
+    x = hf.symbol((1,), "float32", name="x")
+    fn = hf.compile(hf.trace(hf.ops.relu(x), inputs=[x]), target="cpu")
+    xv = rng.standard_normal(1).astype(np.float32)
+    assert fn(xv)[0] == max(xv[0], 0)
+    return host_us(fn, [[xv]], calls, lambda: None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    os.environ.setdefault("HIDET_FRAMEWORK_CACHE", tempfile.mkdtemp(prefix="hf-bench-cache-"))
+    import hidet_framework as hf
+
+    rng = np.random.default_rng()
+    rows = [("cpu: relu 1 fp32 (numpy)", "ours", cpu_row(hf, rng, args.calls), None, None, None, None)]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        print(f"torch with CUDA not available here ({'no torch' if torch is None else 'no GPU'}): cpu row only")
+    else:
+        sync = torch.cuda.synchronize
+        for name, graph, eager, sets, reference in cases(hf, torch, rng):
+            inputs = [[torch.from_numpy(v).cuda() for v in s] for s in sets]
+            want = reference(*[v.astype(np.float64) for v in sets[0]])
+            started = time.perf_counter()
+            variants = [(f"ours graph={mode!r}", hf.compile(graph, target="cuda", cuda_graph=mode))
+                        for mode in (True, "copy", False)]
+            print(f"{name}: compiled in {time.perf_counter() - started:.1f} s; "
+                  f"launches per call {variants[0][1].num_launches}", flush=True)
+            for label, fn in variants + [("torch eager", eager)]:
+                for _ in range(20):
+                    fn(*inputs[0])
+                sync()
+                out = fn(*inputs[0])
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                err = rel_err(out.float().cpu().numpy(), want)
+                rows.append((name, label, host_us(fn, inputs[:1], args.calls, sync),
+                             host_us(fn, inputs, args.calls, sync), device_us(torch, fn, inputs[0]),
+                             loop_us(torch, fn, inputs[0], args.calls), err))
+                print("  ", rows[-1], flush=True)
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    header = ("case", "variant", "host us", "host us, new ptrs", "device us", "loop us", "err")
+    lines = [" | ".join(header), " | ".join("---" for _ in header)]
+    for row in rows:
+        lines.append(" | ".join(row[0:2]) + " | " + " | ".join(
+            "—" if v is None else (f"{v:.1e}" if i == 4 else f"{v:.2f}") for i, v in enumerate(row[2:])))
+    print("\n".join(lines))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "call_overhead.json"), "w") as f:
+            json.dump({"header": header, "rows": rows, "calls": args.calls, "argv": sys.argv}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
