@@ -10,16 +10,23 @@ MLP block in float16 (``relu(x @ w1 + b1) @ w2 + b2``). Ours in three variants:
 parameter update: the default), ``"copy"`` (the graph stays bound to the arena;
 inputs and outputs are copied through it) and ``False`` (plain launches).
 
-Columns, all medians:
-- host us: perf_counter around one call, the device synchronized between calls
-  (outside the timed region) so the launch queue never pushes back; 1,000 calls.
-- host us, new ptrs: the same with three input sets in turn, so every call binds
-  new input pointers (parameter updates / copies each time).
-- device us: CUDA events on the current stream around one call (200 calls).
+Columns, all medians over two interleaved rounds (every variant of a case measured
+once, then all again):
+- host us: perf_counter_ns around each of 1,000 calls, the device synchronized every
+  32 calls outside the timed region (so the launch queue never pushes back).
+- cold: the same with a sync before every call (the GPU idle when the call starts).
+- new ptrs: as host us, with three input sets in turn, so every call binds new input
+  pointers (kernel-node parameter updates, or copies, every time).
+- device us: CUDA events on the current stream around one call, queued behind a
+  ~100 us spin kernel (torch.cuda._sleep) so the host's submission time is not in it.
 - loop us: wall time of 1,000 back-to-back calls / 1,000 (then one sync).
 - err: ||ours - ref|| / ||ref|| against float64 numpy (torch rows: torch's own).
 
-Also a cpu row: the numpy zero-copy path of a 1-element relu (cpu target), host us.
+Then where a relu call's host time goes (ours, graph=True): the call with the
+launch stubbed out (Python binding + torch.empty of the output), a bare
+cuGraphLaunch of its graph and a bare cuLaunchKernel of its kernel through ctypes, and
+torch.empty alone. And a cpu row: the
+numpy zero-copy path of a 1-element relu (cpu target), host us.
 Prints the table last; with --out writes call_overhead.json there.
 """
 from __future__ import annotations
@@ -35,28 +42,35 @@ import time
 import numpy as np
 
 
-def host_us(fn, inputs, calls, sync):
+def host_times(fn, inputs, calls, sync, every=32):
+    """Per-call host times in us; the device synchronized every `every` calls."""
     times = []
     for i in range(calls):
         args = inputs[i % len(inputs)]
-        sync()
+        if i % every == 0:
+            sync()
         start = time.perf_counter_ns()
         fn(*args)
-        times.append(time.perf_counter_ns() - start)
+        times.append((time.perf_counter_ns() - start) / 1e3)
     sync()
-    return statistics.median(times) / 1e3
+    return times
 
 
-def device_us(torch, fn, args, calls=200):
+def host_us(fn, inputs, calls, sync, every=32):
+    return statistics.median(host_times(fn, inputs, calls, sync, every))
+
+
+def device_times(torch, fn, args, calls=200):
     times = []
     for _ in range(calls):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(200_000)  # ~100 us: the call is queued before the GPU reaches it
         start.record()
         fn(*args)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def loop_us(torch, fn, args, calls):
@@ -65,7 +79,7 @@ def loop_us(torch, fn, args, calls):
     for _ in range(calls):
         fn(*args)
     torch.cuda.synchronize()
-    return (time.perf_counter_ns() - start) / calls / 1e3
+    return [(time.perf_counter_ns() - start) / calls / 1e3]
 
 
 def cases(hf, torch, rng):
@@ -96,6 +110,26 @@ def cases(hf, torch, rng):
            lambda t: np.maximum(t @ w1.astype(np.float64) + b1, 0) @ w2.astype(np.float64) + b2)
 
 
+def breakdown(torch, fn, args, calls, sync):
+    """Rows: the call with its launch stubbed out, a bare cuGraphLaunch, torch.empty."""
+    plan = fn._device_plan.launch
+    lib, graph_exec = plan._lib, plan._exec
+    plan._launch = lambda stream: None  # an instance attribute hides the method
+    try:
+        binding = host_us(fn, [args], calls, sync)
+    finally:
+        del plan._launch
+    bare = host_us(lambda: lib.graph_launch(graph_exec, 0), [[]], calls, sync)
+    func, gx, gy, gz, bx, by, bz, smem, params = plan._plain[0]
+    kernel = host_us(lambda: lib.launch_kernel(func, gx, gy, gz, bx, by, bz, smem, 0, params, None), [[]], calls, sync)
+    empty = host_us(lambda: torch.empty((1,), device="cuda"), [[]], calls, sync)
+    name = "relu 1 fp32, parts"
+    return [(name, "ours: call with the launch stubbed", binding, None, None, None, None, None),
+            (name, "bare cuGraphLaunch (ctypes)", bare, None, None, None, None, None),
+            (name, "bare cuLaunchKernel (ctypes)", kernel, None, None, None, None, None),
+            (name, "torch.empty((1,))", empty, None, None, None, None, None)]
+
+
 def rel_err(got, want):
     got = np.asarray(got, dtype=np.float64)
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
@@ -118,7 +152,7 @@ def main() -> None:
     import hidet_framework as hf
 
     rng = np.random.default_rng()
-    rows = [("cpu: relu 1 fp32 (numpy)", "ours", cpu_row(hf, rng, args.calls), None, None, None, None)]
+    rows = [("cpu: relu 1 fp32 (numpy)", "ours", cpu_row(hf, rng, args.calls), None, None, None, None, None)]
     try:
         import torch
     except ImportError:
@@ -135,23 +169,34 @@ def main() -> None:
                         for mode in (True, "copy", False)]
             print(f"{name}: compiled in {time.perf_counter() - started:.1f} s; "
                   f"launches per call {variants[0][1].num_launches}", flush=True)
-            for label, fn in variants + [("torch eager", eager)]:
-                for _ in range(20):
-                    fn(*inputs[0])
-                sync()
-                out = fn(*inputs[0])
-                out = out[0] if isinstance(out, (tuple, list)) else out
-                err = rel_err(out.float().cpu().numpy(), want)
-                rows.append((name, label, host_us(fn, inputs[:1], args.calls, sync),
-                             host_us(fn, inputs, args.calls, sync), device_us(torch, fn, inputs[0]),
-                             loop_us(torch, fn, inputs[0], args.calls), err))
+            runs = variants + [("torch eager", eager)]
+            samples = {label: [[] for _ in range(5)] for label, _ in runs}
+            errors = {}
+            for _ in range(2):  # two rounds, interleaved: drift hits every variant alike
+                for label, fn in runs:
+                    for _ in range(20):
+                        fn(*inputs[0])
+                    sync()
+                    out = fn(*inputs[0])
+                    out = out[0] if isinstance(out, (tuple, list)) else out
+                    errors[label] = rel_err(out.float().cpu().numpy(), want)
+                    for column, values in zip(samples[label], (
+                            host_times(fn, inputs[:1], args.calls, sync),
+                            host_times(fn, inputs[:1], args.calls // 2, sync, every=1),
+                            host_times(fn, inputs, args.calls, sync), device_times(torch, fn, inputs[0]),
+                            loop_us(torch, fn, inputs[0], args.calls))):
+                        column.extend(values)
+            for label, _ in runs:
+                rows.append((name, label, *[statistics.median(c) for c in samples[label]], errors[label]))
                 print("  ", rows[-1], flush=True)
+            if name.startswith("relu"):
+                rows += breakdown(torch, variants[0][1], inputs[0], args.calls, sync)
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    header = ("case", "variant", "host us", "host us, new ptrs", "device us", "loop us", "err")
+    header = ("case", "variant", "host us", "cold", "new ptrs", "device us", "loop us", "err")
     lines = [" | ".join(header), " | ".join("---" for _ in header)]
     for row in rows:
         lines.append(" | ".join(row[0:2]) + " | " + " | ".join(
-            "—" if v is None else (f"{v:.1e}" if i == 4 else f"{v:.2f}") for i, v in enumerate(row[2:])))
+            "—" if v is None else (f"{v:.1e}" if i == 5 else f"{v:.2f}") for i, v in enumerate(row[2:])))
     print("\n".join(lines))
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -122,7 +122,7 @@ class LaunchPlan:
 
         if mode not in (None, "update", "copy"):
             raise ValueError(f"LaunchPlan mode must be 'update', 'copy' or None, got {mode!r}")
-        self.ordinal, self.mode = ordinal, mode
+        self.ordinal, self.mode, self._copying = ordinal, mode, mode == "copy"
         self._lib = lib = _Lib.get()
         driver.set_current_device(ordinal)
         self._values, self._params, self._plain, self._keep = [], [], [], []
@@ -174,7 +174,7 @@ class LaunchPlan:
         """Bind one pointer per group (`defaults` for the arena) and launch on `stream`."""
         if stream != self._stream:
             self._switch(stream)
-        if self.mode == "copy":
+        if self._copying:
             self._run_copying(pointers, stream)
             return
         if pointers != self._current:
