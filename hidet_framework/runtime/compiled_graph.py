@@ -12,7 +12,6 @@ module sits below the driver and never imports it.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, Protocol, Sequence
 
 import attrs
@@ -25,7 +24,8 @@ from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.runtime.compiled_task import GraphInputError
 from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import BOUNDARIES_STAT, GROUP_ATTRIBUTE
-from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding, call_sites as _call_sites
+from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding, call_sites as _call_sites, \
+    device_call_plan as _device_call_plan
 from hidet_framework.graph.tensor import Operator, Tensor
 
 
@@ -229,17 +229,9 @@ class CompiledGraph:
         host_arena = isinstance(self._arena, np.ndarray)
         self._direct = _DirectBinding.of(self.graph, self._launches, sites, self._slot, host_arena)
         # a device that binds its own arrays per call (cuda: zero copy, CUDA graphs)
-        make_plan = None if host_arena else getattr(self.device, "call_plan", None)
-        self._device_plan, self.call_plan_error = None, None
-        if make_plan is not None:
-            found = _call_sites(self.graph, sites, self._slot)
-            try:
-                self._device_plan = make_plan(self._launches, found, lambda t: self._weights[t.uid],
-                                              cuda_graph=self.cuda_graph)
-            except Exception as exc:  # the graph still runs, launch by launch; say why once
-                self.call_plan_error = f"{type(exc).__name__}: {exc}"
-                warnings.warn(f"no zero-copy call plan for this graph (plain launches, copies): "
-                              f"{self.call_plan_error}", RuntimeWarning, stacklevel=3)
+        self._device_plan, self.call_plan_error = (None, None) if host_arena else _device_call_plan(
+            self.device, self._launches, _call_sites(self.graph, sites, self._slot),
+            lambda t: self._weights[t.uid], self.cuda_graph)
         self._fresh = False
         # per output: ("input", k) echoes input k; ("array", a) copies a device array out
         self._fetch = [("input", position[t.uid]) if t.uid in position and t.uid not in self._slot
@@ -339,8 +331,9 @@ class CompiledGraph:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run_device(self, *arrays: Any) -> Any:
-        """Run and return device arrays (on cuda: new DeviceArrays, which torch and
-        cupy take through DLPack; on cpu: numpy arrays). Outputs never alias the
+        """Run and return device arrays: on cuda, what `__call__` returns for device
+        inputs (torch tensors for torch, DeviceArrays, cupy arrays), and new
+        DeviceArrays for host inputs; on cpu, numpy arrays. Outputs never alias the
         arena, so a later call does not overwrite them."""
         outs = []
         results = self._run(arrays)

@@ -1,4 +1,7 @@
-"""Calls of a compiled graph on host memory without copies.
+"""Calls of a compiled graph without copies: where inputs and outputs enter the
+bound launches (`CallSites`), the cpu target's binding (`DirectBinding`), and the
+hook through which a device binds its own arrays (`device_call_plan`; cuda's is
+``hidet_plugin_cuda.call_plan``, docs/call_path.md).
 
 A compiled graph binds every launch to views of its arena at compile time. On a host
 arena (the cpu target) a call need not copy anything: a numpy input of the graph's
@@ -15,7 +18,8 @@ view of a graph input or output is a site to substitute. Anything this cannot se
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import warnings
+from typing import Any, Callable, Sequence
 
 import attrs
 import numpy as np
@@ -74,6 +78,24 @@ def call_sites(graph: Any, sites: Sequence[tuple], slot: dict) -> CallSites | No
         else:
             return None
     return CallSites(tuple(inputs), input_sites, tuple(outputs), output_sites)
+
+
+def device_call_plan(device: Any, launches: Sequence[tuple], sites: CallSites | None,
+                     constant: Callable[[Any], Any], cuda_graph: Any) -> tuple[Any, str | None]:
+    """(plan, None) from a device that binds arrays per call itself (``device.call_plan``:
+    cuda's zero-copy binding and CUDA graphs, docs/call_path.md); (None, None) from one
+    that does not; (None, why) when making the plan failed (a warning says so once: the
+    graph still runs, launch by launch, copying its inputs and outputs)."""
+    make = getattr(device, "call_plan", None)
+    if make is None:
+        return None, None
+    try:
+        return make(launches, sites, constant, cuda_graph=cuda_graph), None
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"no zero-copy call plan for this graph (plain launches, copies): {why}",
+                      RuntimeWarning, stacklevel=4)
+        return None, why
 
 
 class DirectBinding:

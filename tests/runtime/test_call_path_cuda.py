@@ -200,6 +200,14 @@ def test_bfloat16_torch_and_ml_dtypes(torch):
         _close(got, want, 2e-2)
     gy, _ = fn(xt)  # the same kernels through both paths: the same bits
     assert np.array_equal(gy.cpu().view(torch.int16).numpy().view(np.uint16), y.view(np.uint16))
+    from hidet_plugin_cuda.memory import DeviceArray
+
+    imported = DeviceArray.from_dlpack(xt)  # torch bfloat16 through DLPack, no copy
+    assert imported.dtype.name == "bfloat16" and imported.ptr == xt.data_ptr()
+    dy, _ = fn(imported)
+    back = torch.from_dlpack(dy)  # and back out through DLPack
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == dy.ptr
+    assert torch.equal(back.view(torch.int16), gy.view(torch.int16))
 
 
 @pytest.mark.cuda
