@@ -37,7 +37,7 @@ def test_golden_scale_kernel():
         HIDET_EXPORT void scale(float* __restrict__ x, float* __restrict__ y, int32_t n) {
             {
                 struct scale_par0_ctx hidet_ctx = {x, y};
-                hidet_parallel_for(scale_par0_task, &hidet_ctx, (int64_t)(n), 8192);
+                hidet_parallel_for(scale_par0_task, &hidet_ctx, (int64_t)(n), 32768);
             }
         }
         """)

@@ -65,7 +65,7 @@ def test_small_constant_loops_stay_serial(cpu_backend, rng):
 
 def test_captures_locals_and_enclosing_loop_variables(cpu_backend, rng):
     """A parallel loop inside a serial one, reading a local declared before it."""
-    rows, cols = 5, 20011
+    rows, cols = 3, SERIAL_WORK + 29   # the inner loop alone is large enough for the pool
     x = var("x", tensor_type("float32", [rows, cols]))
     y = var("y", tensor_type("float32", [rows, cols]))
     r, j, off = var("r"), var("j"), var("off", "float32")
@@ -81,7 +81,7 @@ def test_captures_locals_and_enclosing_loop_variables(cpu_backend, rng):
 
 
 def test_nested_parallel_loops_run_inside_one_task(cpu_backend, rng):
-    rows, cols = 97, 1009
+    rows, cols = 131, 1009            # 132k inner iterations: above SERIAL_WORK
     x = var("x", tensor_type("float32", [rows, cols]))
     y = var("y", tensor_type("float32", [rows, cols]))
     r, j = var("r"), var("j")

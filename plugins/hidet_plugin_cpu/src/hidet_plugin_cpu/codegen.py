@@ -10,7 +10,7 @@ What the output looks like::
     /* hidet function: add */
     HIDET_EXPORT void add(float* __restrict__ a, ..., int32_t n) {
         { struct add_par0_ctx hidet_ctx = {a, b, c};
-          hidet_parallel_for(add_par0_task, &hidet_ctx, (int64_t)(n), 8192); }
+          hidet_parallel_for(add_par0_task, &hidet_ctx, (int64_t)(n), 32768); }
     }                       (add_par0: the loop over [begin, end), see parallel.py)
 
 Rules:

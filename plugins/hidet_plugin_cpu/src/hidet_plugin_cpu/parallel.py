@@ -10,7 +10,7 @@
     static void scale_par0_task(void* c, int64_t b, int64_t e) { ... scale_par0(k->x, k->y, b, e); }
     ...
     HIDET_EXPORT void scale(float* __restrict__ x, float* __restrict__ y, int32_t n) {
-        { struct scale_par0_ctx hidet_ctx = {x, y}; hidet_parallel_for(scale_par0_task, &hidet_ctx, n, 8192); }
+        { struct scale_par0_ctx hidet_ctx = {x, y}; hidet_parallel_for(scale_par0_task, &hidet_ctx, n, 32768); }
     }
 
 The body's free variables (parameters, earlier locals, enclosing loop variables) are
@@ -41,8 +41,12 @@ from hidet_framework.ir.types import PointerType, TensorType
 
 __all__ = ["SERIAL_WORK", "GRAIN_WORK", "DISPATCH", "loop_work", "use_pool", "Outliner"]
 
-SERIAL_WORK = 1 << 14   # inner iterations below which a parallel loop runs serially
-GRAIN_WORK = 1 << 13    # inner iterations per chunk at least (a few microseconds)
+# Inner iterations below which a parallel loop runs serially, and the least per chunk.
+# Measured (bench/cpu_overhead.py's kind of add, 2 threads, load average 25): serial
+# 7.2 / 14.9 / 41.8 us for 16k / 64k / 256k elements, the pool 8.0 / 15.7 / 42.6: below
+# ~100k elements a second thread does not pay for its hand-off even on a quiet machine.
+SERIAL_WORK = 1 << 17
+GRAIN_WORK = 1 << 15
 _SYMBOLIC_EXTENT = 16
 
 # The module's entry to the pool: a function pointer the runtime sets, and an OpenMP
