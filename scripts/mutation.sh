@@ -23,6 +23,7 @@
 #   MUTATION_SEED    the sample's seed (default 12)
 #   MUTATION_JOBS    parallel mutants (default 1)
 #   MUTATION_NICE    niceness (default 19)
+#   MUTATION_CACHE   the build cache the tests use (default: a fresh one per group run)
 #   MUTATION_KEEP    1: keep the scratch copy (its path is printed) for `mutmut show`
 #   MUTMUT           the mutmut command (default: mutmut on PATH, so run this inside
 #                    the venv where requirements-dev.txt is installed: it lists mutmut)
@@ -95,7 +96,9 @@ EOF
   started=$(date +%s)
   (
     cd "$work"
-    export HIDET_FRAMEWORK_CACHE="$work/.hf-cache" HIDET_FRAMEWORK_QUIET=1
+    # a build cache that outlives the scratch copy (MUTATION_CACHE) saves recompiling
+    # the C of every unchanged kernel on the next run; entries are keyed by their source
+    export HIDET_FRAMEWORK_CACHE="${MUTATION_CACHE:-$work/.hf-cache}" HIDET_FRAMEWORK_QUIET=1
     names=()
     if [ -n "$sample" ]; then
       # generate the mutants and trace the tests once (no mutant matches this name, so
