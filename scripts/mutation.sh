@@ -25,6 +25,8 @@
 #   MUTATION_NICE    niceness (default 19)
 #   MUTATION_CACHE   the build cache the tests use (default: a fresh one per group run)
 #   MUTATION_KEEP    1: keep the scratch copy (its path is printed) for `mutmut show`
+#   MUTATION_REPO    the checkout to copy (default: the one holding this script; set it
+#                    when running a copy of the script, so that editing it mid-run is safe)
 #   MUTMUT           the mutmut command (default: mutmut on PATH, so run this inside
 #                    the venv where requirements-dev.txt is installed: it lists mutmut)
 #
@@ -36,7 +38,7 @@
 # stops at the first failure (-x).
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=${MUTATION_REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 out=${MUTATION_OUT:-$repo/mutation-results}
 jobs=${MUTATION_JOBS:-1}
 niceness=${MUTATION_NICE:-19}
