@@ -104,6 +104,8 @@ CASES = [  # (expression, what it simplifies to)
     (minimum(lane(), 8), lane()), (maximum(lane(), -1), lane()),  # primitive with bounds: pure
     (lane() - lane(), const(0)),
     (minimum(tick(n), 2**31 - 1), tick(n)), (maximum(tick(n), -(2**31)), tick(n)),  # the constant goes
+    ((tick(n) - 1) * 4, tick(n) * 4 - 4), ((tick(n) - 2) - 3, tick(n) - 5), ((tick(n) - 2) + 3, tick(n) + 1),
+    (tick(n) + const(-(2**31 - 1)), tick(n) - (2**31 - 1)),    # the largest constant that flips
 ]
 KEPT = [  # an effect that would be lost, duplicated or reordered: left as is
     logical_and(flag(n), False), logical_or(flag(n), True), logical_and(flag(n), flag(n)),
@@ -113,6 +115,7 @@ KEPT = [  # an effect that would be lost, duplicated or reordered: left as is
     (tick(n) * 4 + tick(m)) % 4, (tick(n) * 4 + tick(m)) // 4, tick(n) * 4 % 4,
     (tick(j) * 4 + j) % 4, (j * 4 + tick(j)) // 4, tick(j) // 4, tick(j) % 4,
     tick(n) // 4 * 4 + tick(n) % 4,
+    tick(n) + const(-(2**31)),          # -(-2**31) does not fit an int32: no flip
 ]
 
 
@@ -129,6 +132,18 @@ def test_effects_are_never_dropped(before):
     got = simplify(before, {**BOUNDS, n: (0, 8)})
     assert same_expr(got, before), got
     assert not is_pure(before)
+
+
+def test_bind_adds_a_bound_later():
+    s = Simplifier()
+    e = n // 8
+    assert same_expr(s.simplify(e), e)
+    s.bind(n, (0, 8))
+    assert_structural_equal(s.simplify(n // 8), const(0))
+    assert_structural_equal(s.simplify(n < 8), const(True))
+    s.bind(n, range(0, 9))                  # wider again: the memo must not answer
+    assert same_expr(s.simplify(n // 8), n // 8)
+    assert s.var_bounds[n].hi == 8
 
 
 def test_logic_keeps_the_boolean_type():
