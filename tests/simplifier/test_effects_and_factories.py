@@ -237,3 +237,25 @@ def test_simplify_keeps_values_and_effects(expr):
         except Exception:  # division by zero in the original: nothing to keep
             continue
         assert _run(got, env) == before, f"{expr} -> {got} at {env}"
+
+
+# ------------------------------------------------ exact multiples and types
+
+def test_exact_multiples_of_any_sign_divide_out():
+    k = var("k")
+    assert_structural_equal(simplify((k * 4 - 8) // 4, {k: (0, 9)}), k - 2)
+    assert_structural_equal(simplify((k * 4 + 8) // 4, {k: (0, 9)}), k + 2)
+    assert_structural_equal(simplify((k * 4 - 8) % 4, {k: (0, 9)}), const(0))
+    n64 = var("n64", "int64")
+    got = simplify((n64 * const(4, I64) + const(8, I64)) // const(4, I64), {n64: (0, 100)})
+    assert_structural_equal(got, n64 + const(2, I64))
+    assert got.b.dtype is I64
+
+
+def test_mixed_integer_types_are_not_redistributed():
+    # re-association happens within one integer type only (wrapping is a ring per type)
+    n64 = var("n64", "int64")
+    e = BinaryOp("mul", BinaryOp("add", n64, const(1)), const(4, I64))
+    assert same_expr(simplify(e), e)
+    e = BinaryOp("mul", BinaryOp("add", n, const(1, I64)), const(4, I64))
+    assert same_expr(simplify(e), e)
