@@ -196,3 +196,44 @@ def test_counts_and_numbers_from_a_record_are_sanitised():
     assert tuner_module._count(True) == 0 and tuner_module._count(2.0) == 0 and tuner_module._count(None) == 0
     assert tuner_module._number(1) == 1.0 and tuner_module._number(2.5) == 2.5
     assert tuner_module._number(True) == 0.0 and tuner_module._number("3") == 0.0 and tuner_module._number(None) == 0.0
+
+
+def test_a_result_that_cannot_travel_back_fails_only_its_candidate(cache):
+    FAKE_COSTS.update(bndP=lambda t: abs(t - 16) + 1.0)
+
+    def prepare(scheduled):
+        name, tile = scheduled
+        return (lambda: tile) if tile == 8 else tile  # a lambda does not pickle
+
+    result = tune(_task(), {}, "scale", TARGET, [FakeTemplate("bndP", [4, 8, 16, 32])], 1, prepare=prepare,
+                  measure=_measure, cache=cache, workers=2)
+    assert result.params == {"tile": 16} and result.candidates == 4
+    (index, why), = result.failures
+    assert index == 1 and "bndP {'tile': 8}" in why and "pickle" in why.lower()
+
+
+class _TaskReadingTemplate(FakeTemplate):
+    def build(self, task, attributes, params, target):
+        return (self.name, params["tile"] * task.outputs[0].shape[0] // 7)  # the task's extent (7)
+
+
+def test_build_receives_the_task(cache):
+    FAKE_COSTS.update(bndT=lambda t: abs(t - 16) + 1.0)
+    result = _tune(cache, [_TaskReadingTemplate("bndT", [4, 16])], workers=1)
+    assert result.params == {"tile": 16} and result.failures == ()
+
+
+def test_validate_record_says_why():
+    from hidet_framework.tuner.cache import validate_record
+
+    (t,) = _templates()
+    cases = [({"template": "nope", "params": {}}, "template 'nope' is not one of ['bndA']"),
+             ({"template": 3, "params": {}}, "template 3 is not one of ['bndA']"),
+             ({"template": "bndA", "version": "old", "params": {"tile": 16}},
+              f"template bndA is at version {t.version!r}, the record at 'old'"),
+             ({"template": "bndA", "params": [16]}, "params is a list, not a mapping"),
+             ({"template": "bndA", "params": {"tile": 5}},
+              "params {'tile': 5} are not a candidate of bndA at space level 1")]
+    for record, why in cases:
+        assert validate_record(record, [t], TARGET, 1) == (None, None, why)
+    assert validate_record({"template": "bndA", "params": {"tile": 16}}, [t], TARGET, 1)[:2] == (t, {"tile": 16})
