@@ -250,6 +250,9 @@ def test_exact_multiples_of_any_sign_divide_out():
     got = simplify((n64 * const(4, I64) + const(8, I64)) // const(4, I64), {n64: (0, 100)})
     assert_structural_equal(got, n64 + const(2, I64))
     assert got.b.dtype is I64
+    got = simplify((n64 * const(8, I64) + const(1, I64)) // const(4, I64), {n64: (0, 100)})
+    assert_structural_equal(got, n64 * const(2, I64))      # (8n + 1) / 4 == 2n: the part of 1 is 0
+    assert got.b.dtype is I64
 
 
 def test_mixed_integer_types_are_not_redistributed():
