@@ -15,6 +15,7 @@ from hidet_framework.analysis.evaluator import (
     evaluate_function,
 )
 from hidet_framework.ir import BinaryOp, Call, Cast, IfThenElse, UnaryOp, const, var
+from hidet_framework.ir.expr import Address, Dereference, TensorElement
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.ir.stmt import (
     AsmStmt, AssertStmt, AssignStmt, BreakStmt, ContinueStmt, DeclareStmt, EvaluateStmt, ForStmt,
@@ -234,3 +235,20 @@ def test_out_of_bounds_reads_and_writes_are_errors():
         evaluate_function(rd.ir, a, 4)
     with pytest.raises(EvaluationError, match="out-of-bounds"):
         evaluate_function(rd.ir, a, -1)
+
+
+def test_addresses_and_dereferences():
+    from hidet_framework.ir.types import TensorType
+
+    t = var("t", TensorType(data_type("int32"), (3, 4)))
+    ev = Evaluator()
+    ev.env = {t: Buffer(np.arange(12, dtype=np.int32), t.type)}
+    addr = Address(TensorElement(t, (const(1), const(2))))
+    p = ev.eval_expr(addr)
+    assert isinstance(p, PointerValue) and p.base == 6 and p.ttype is None
+    assert ev.eval_expr(Dereference(addr)) == 6
+    assert ev.eval_expr(Dereference(BinaryOp("add", addr, const(3)))) == 9
+    assert ev.eval_expr(Dereference(BinaryOp("sub", addr, const(2)))) == 4
+    assert ev.eval_expr(TensorElement(BinaryOp("add", addr, const(1)), (const(2),))) == 9
+    with pytest.raises(EvaluationError, match="addresses of tensor elements only"):
+        ev.eval_expr(Address(var("q")))

@@ -116,6 +116,7 @@ KEPT = [  # an effect that would be lost, duplicated or reordered: left as is
     (tick(j) * 4 + j) % 4, (j * 4 + tick(j)) // 4, tick(j) // 4, tick(j) % 4,
     tick(n) // 4 * 4 + tick(n) % 4,
     tick(n) + const(-(2**31)),          # -(-2**31) does not fit an int32: no flip
+    tick(n) // 4 % 3 * 4 + tick(n) % 4,  # (x / a % b) * a + x % a with an effect in x
 ]
 
 
@@ -253,6 +254,12 @@ def test_exact_multiples_of_any_sign_divide_out():
     got = simplify((n64 * const(8, I64) + const(1, I64)) // const(4, I64), {n64: (0, 100)})
     assert_structural_equal(got, n64 * const(2, I64))      # (8n + 1) / 4 == 2n: the part of 1 is 0
     assert got.b.dtype is I64
+
+
+def test_recombining_skips_plain_multiples():
+    # n * 4 is a multiple of 4 but not a quotient (x / 4) * 4: nothing to recombine
+    for e in (n * 4 + m % 4, m % 4 + n * 4, n * 8 + n % 4):
+        assert same_expr(simplify(e), e), e
 
 
 def test_mixed_integer_types_are_not_redistributed():
