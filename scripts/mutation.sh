@@ -59,7 +59,7 @@ declare -A MUTATION_GROUPS=(
   [fusion]="hidet_framework/fusion/*.py|tests/fusion/test_legality.py tests/fusion/test_legality_negative.py tests/fusion/test_fusion_boundaries.py tests/fusion/test_elementwise_chains.py tests/fusion/test_epilogue.py tests/fusion/test_prologue.py tests/fusion/test_fallbacks.py tests/fusion/test_template_graft.py"
   [graph]="hidet_framework/graph/*.py hidet_framework/graph/passes/*.py|tests/graph tests/runtime"
   [tuner]="hidet_framework/tuner/*.py|tests/tuner tests/plugins/example"
-  [cpu_codegen]="plugins/hidet_plugin_cpu/src/hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/backend/test_signature.py tests/backend/test_naming.py"
+  [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/backend/test_signature.py tests/backend/test_naming.py"
 )
 ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen)
 selected=("$@")
@@ -87,11 +87,16 @@ for group in "${selected[@]}"; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/hidet-mutation-$group-XXXXXX")
   [ "${MUTATION_KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
   (cd "$repo" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) | tar -C "$work" -xf -
+  # mutmut names a mutant after its path from the root, and matches it against the
+  # module name the tests import (hidet_plugin_cpu.codegen, not plugins.hidet_plugin_cpu
+  # .src...): the cpu plugin's package is mutated from a copy at the root, which also
+  # comes first on the tests' sys.path (mutants/), ahead of the installed one
+  cp -r "$work/plugins/hidet_plugin_cpu/src/hidet_plugin_cpu" "$work/hidet_plugin_cpu"
   # mutmut copies these folders (and tests/) into mutants/ and mutates what only_mutate names
   cat >>"$work/pyproject.toml" <<EOF
 
 [tool.mutmut]
-source_paths = ["hidet_framework/", "plugins/hidet_plugin_cpu/src/"]
+source_paths = ["hidet_framework/", "hidet_plugin_cpu/"]
 only_mutate = [$(toml_list "${globs[@]}")]
 pytest_add_cli_args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", "not bigmem and not cuda and not nvcc"]
 pytest_add_cli_args_test_selection = [$(toml_list "${tests[@]}")]
