@@ -20,8 +20,8 @@ def test_layouts_print():
     assert str(row_major(2, 3) * local(4, 2)) == "row_major(2, 3) * local(4, 2)"
     cat = row_major(2) + column_major(3, 4)
     assert str(cat) == "(row_major(2) + column_major(3, 4))"
-    assert str(row_major(2, 3, 4) * cat).startswith("row_major(2, 3, 4) * (")
-    assert "(row_major(2) + column_major(3, 4))" in str(row_major(2, 3, 4) * cat)
+    # once parenthesised (it printed "((...))" before)
+    assert str(row_major(2, 3, 4) * cat) == "row_major(2, 3, 4) * (row_major(2) + column_major(3, 4))"
     assert str(swizzle(row_major(8, 16), vector=2, period=4)) == \
         "swizzle(row_major(8, 16), vector=2, period=4, row_step=1)"
     n = var("n")
