@@ -21,6 +21,7 @@ I8, I32 = data_type("int8"), data_type("int32")
 
 def test_c_div_on_infinities_and_signs():
     assert _c_div(INF, 2) == INF and _c_div(INF, -2) == -INF and _c_div(-INF, 3) == -INF and _c_div(-INF, -3) == INF
+    assert _c_div(INF, 1) == INF and _c_div(-INF, 1) == -INF and _c_div(INF, -1) == -INF
     assert _c_div(7, INF) == 0 and _c_div(-7, -INF) == 0
     assert _c_div(7, 2) == 3 and _c_div(-7, 2) == -3 and _c_div(7, -2) == -3 and _c_div(-7, -2) == 3
     assert _c_div(0, -5) == 0 and _c_div(1, 1) == 1 and _c_div(-1, 1) == -1
