@@ -183,3 +183,21 @@ def test_dead_code_count_and_cse_counts(dummy):
     ctx3 = GraphPassContext()
     eliminate_common_subexpressions(hf.trace(d, inputs=[x]), ctx3)
     assert ctx3.stats["eliminate_common_subexpressions"]["constants_merged"] == 1
+
+
+def test_python_operators_on_tensors():
+    # each operator resolves the registered operator of its name, operands in order
+    if not all(hasattr(hf.ops, n) for n in ("add", "sub", "mul", "div", "neg", "matmul")):
+        pytest.skip("the ops plugin is not installed")
+    x, y, w = symbol((3,), name="x"), symbol((3,), name="y"), symbol((3, 2), name="w")
+    rng = np.random.default_rng()
+    xv, yv = rng.uniform(1.0, 2.0, 3).astype(np.float32), rng.uniform(1.0, 2.0, 3).astype(np.float32)
+    wv = rng.standard_normal((3, 2)).astype(np.float32)
+    cases = [(x + y, xv + yv), (2.0 + x, 2.0 + xv), (x - y, xv - yv), (2.0 - x, 2.0 - xv), (x - 2.0, xv - 2.0),
+             (x * y, xv * yv), (3.0 * x, 3.0 * xv), (x / y, xv / yv), (2.0 / x, 2.0 / xv), (x / 2.0, xv / 2.0),
+             (-x, -xv)]
+    for expr, want in cases:
+        fn = hf.compile(hf.trace(expr, inputs=[x, y]), target="evaluator")
+        np.testing.assert_allclose(fn(xv, yv), want, rtol=1e-6)
+    fn = hf.compile(hf.trace(x @ w, inputs=[x, w]), target="evaluator")
+    np.testing.assert_allclose(fn(xv, wv), xv.astype(np.float64) @ wv, rtol=1e-5)

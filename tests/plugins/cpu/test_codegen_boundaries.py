@@ -146,12 +146,28 @@ def test_string_literals_escape_what_c_would_read_otherwise():
     assert c_string_literal("a?b") == '"a\\077b"' and c_string_literal("ok 1") == '"ok 1"'
     assert c_string_literal("\n") == '"\\012"' and c_string_literal("~") == '"~"' and c_string_literal("\x7f") == '"\\177"'
     assert c_string_literal(" ") == '" "' and c_string_literal("\x1f") == '"\\037"'
+    assert c_string_literal("XxY") == '"XxY"'
 
 
 def test_compile_error_excerpt_and_function_lookup():
     lines = ["/* hidet function: a */", "int a;", "x", "/* hidet function: b */", "y", "z", "w"]
     assert function_at(lines, 1) == "a" and function_at(lines, 3) == "a" and function_at(lines, 5) == "b"
     assert function_at(lines, 99) == "b" and function_at(["x", "y"], 2) is None and function_at(lines, 0) is None
+    assert function_at(["x", "/* hidet function: z */"], 1) is None    # never wraps around to the end
     assert source_excerpt(lines, 3, 1) == "      2 | int a;\n>     3 | x\n      4 | /* hidet function: b */"
     assert source_excerpt(lines, 1, 1) == ">     1 | /* hidet function: a */\n      2 | int a;"
     assert source_excerpt(lines, 7, 2).splitlines()[-1] == ">     7 | w"
+
+
+def test_the_shared_printer_defaults():
+    from hidet_framework.backend.c_style import CStyleCodegen
+
+    base = CStyleCodegen()
+    assert base.entry_kinds() == ("public", "cpu_kernel", "cuda_kernel")
+    n = var("n")
+    assert base.function_qualifiers(Function("d", [n], None, kind="device")) == "static inline"
+    assert base.function_qualifiers(Function("h", [n], None, kind="host")) == "static inline"
+    assert base.function_qualifiers(Function("p", [n], None, kind="public")) == ""
+    assert base.scope_prefix(Scope.LOCAL) == "" and base.scope_prefix(Scope.REGISTER) == ""
+    with pytest.raises(CodegenError, match="^c: cannot declare a variable in shared scope here$"):
+        base.scope_prefix(Scope.SHARED)
