@@ -106,6 +106,7 @@ CASES = [  # (expression, what it simplifies to)
     (minimum(tick(n), 2**31 - 1), tick(n)), (maximum(tick(n), -(2**31)), tick(n)),  # the constant goes
     ((tick(n) - 1) * 4, tick(n) * 4 - 4), ((tick(n) - 2) - 3, tick(n) - 5), ((tick(n) - 2) + 3, tick(n) + 1),
     (tick(n) + const(-(2**31 - 1)), tick(n) - (2**31 - 1)),    # the largest constant that flips
+    ((tick(n) * 2) * m, (tick(n) * m) * 2),                     # the constant moves outward
 ]
 KEPT = [  # an effect that would be lost, duplicated or reordered: left as is
     logical_and(flag(n), False), logical_or(flag(n), True), logical_and(flag(n), flag(n)),
@@ -117,6 +118,8 @@ KEPT = [  # an effect that would be lost, duplicated or reordered: left as is
     tick(n) // 4 * 4 + tick(n) % 4,
     tick(n) + const(-(2**31)),          # -(-2**31) does not fit an int32: no flip
     tick(n) // 4 % 3 * 4 + tick(n) % 4,  # (x / a % b) * a + x % a with an effect in x
+    (tick(n) % 4) // 8,                  # |x| < 8: x / 8 is 0, but x's call must run
+    (i * 4 + minimum(maximum(tick(n), 0), 3)) // 4,   # a bounded rest with an effect
 ]
 
 
@@ -262,9 +265,28 @@ def test_recombining_skips_plain_multiples():
         assert same_expr(simplify(e), e), e
 
 
+def test_modulo_by_zero_stays_a_run_time_error():
+    for e in (BinaryOp("mod", BinaryOp("mod", n, const(0)), const(4)),
+              BinaryOp("div", BinaryOp("div", n, const(0)), const(4))):
+        assert same_expr(simplify(e), e), e
+
+
+def test_int64_constants_stay_int64():
+    n64 = var("n64", "int64")
+    for e, want in ((BinaryOp("add", n64, const(-3, I64)), BinaryOp("sub", n64, const(3, I64))),
+                    ((n64 // const(4, I64)) // const(2, I64), BinaryOp("div", n64, const(8, I64))),
+                    ((n64 // const(4, I64)) % const(3, I64) * const(4, I64) + n64 % const(4, I64),
+                     BinaryOp("mod", n64, const(12, I64)))):
+        got = simplify(e)
+        assert_structural_equal(got, want)
+        assert got.b.dtype is I64
+
+
 def test_mixed_integer_types_are_not_redistributed():
     # re-association happens within one integer type only (wrapping is a ring per type)
-    n64 = var("n64", "int64")
+    n64, x8 = var("n64", "int64"), var("x8", "int8")
+    for e in (n + (x8 + 1), (n64 + const(2, I64)) + x8, (x8 // 4) // 2):
+        assert same_expr(simplify(e), e), e
     e = BinaryOp("mul", BinaryOp("add", n64, const(1)), const(4, I64))
     assert same_expr(simplify(e), e)
     e = BinaryOp("mul", BinaryOp("add", n, const(1, I64)), const(4, I64))
