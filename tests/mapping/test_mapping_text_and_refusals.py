@@ -98,3 +98,41 @@ def test_auto_map_shapes():
     assert str(auto_map(4, 6, workers=24)) == "spatial(4, 6)"
     assert str(auto_map(4, 6, workers=1)) == "repeat(4, 6)"
     assert str(auto_map(1, 1, workers=1)) == "spatial(1, 1)"
+
+
+def test_index_helpers_fold_units_and_zeros():
+    from hidet_framework.ir.expr import BinaryOp
+    from hidet_framework.mapping.layout import index_add, index_mod, index_mul, index_xor
+
+    x = var("x")
+    assert index_add(2, 3) == 5 and index_mul(2, 3) == 6 and index_mod(7, 3) == 1 and index_xor(6, 3) == 5
+    assert index_add(0, x) is x and index_add(x, 0) is x and index_mul(1, x) is x and index_mul(x, 1) is x
+    assert index_mul(x, 0) == 0 and index_mul(0, x) == 0 and index_mod(x, 1) == 0
+    assert index_xor(x, 0) is x and index_xor(0, x) is x
+    for e, op in ((index_add(2, x), "add"), (index_add(x, 1), "add"), (index_mul(2, x), "mul"),
+                  (index_mod(x, 2), "mod"), (index_xor(1, x), "bit_xor"), (index_xor(x, 1), "bit_xor")):
+        assert isinstance(e, BinaryOp) and e.op == op, e
+    assert str(row_major(4, 8)(x, var("y"))) == "((x * 8) + y)"
+    assert str(column_major(4, 8)(x, var("y"))) == "(x + (y * 4))"
+
+
+def test_lowering_binds_a_compound_worker_once_and_unrolls_by_default():
+    from hidet_framework.ir.printer import format_ir
+    from hidet_framework.ir.stmt import EvaluateStmt
+
+    w, i = var("w"), var("i")
+    text = format_ir(repeat(3).lower(w + 1, [i], EvaluateStmt(i)))
+    assert text.splitlines()[0] == "let worker = (w + 1)" and "for i_0 in range(3):  # unroll" in text
+    text = format_ir(repeat(2).spatial(4).lower(w, [i], EvaluateStmt(i)))
+    assert text.splitlines()[0] == "if (w < 4):" and "let worker" not in text
+    with pytest.raises(ValueError, match=r"^spatial\(4, 2\) needs 2 loop variables, got \(i,\)$"):
+        spatial(4, 2).lower(w, [i], EvaluateStmt(i))
+
+
+def test_composed_mapping_and_swizzle_details():
+    from hidet_framework.mapping.task_mapping import ComposedTaskMapping
+
+    with pytest.raises(ValueError, match=r"composed mappings need one rank: \['spatial\(4\)', 'spatial\(2, 2\)'\]"):
+        ComposedTaskMapping((spatial(4), spatial(2, 2)))
+    s = swizzle(row_major(8, 16), vector=2)
+    assert str(s) == "swizzle(row_major(8, 16), vector=2, period=8, row_step=1)" and type(s.period) is int
