@@ -22,7 +22,7 @@ from hidet_framework.ir.stmt import (
     IfStmt, ReturnStmt, SeqStmt, WhileStmt,
 )
 from hidet_framework.ir.func import Function
-from hidet_framework.lang import f32, i32, script
+from hidet_framework.lang import cast, f32, i32, script
 
 T = {name: data_type(name) for name in ("int8", "uint8", "int16", "int32", "int64", "uint32", "bool",
                                         "float16", "bfloat16", "float32", "float64")}
@@ -254,3 +254,42 @@ def test_addresses_and_dereferences():
     assert ev.eval_expr(TensorElement(BinaryOp("add", addr, const(1)), (const(2),))) == 9
     with pytest.raises(EvaluationError, match="addresses of tensor elements only"):
         ev.eval_expr(Address(var("q")))
+
+
+def test_stores_convert_to_the_declared_type():
+    x8, k = var("x8", "int8"), var("k")
+    body = SeqStmt([DeclareStmt(x8, const(130)), DeclareStmt(k), AssignStmt(k, x8 + 0),
+                    AssignStmt(x8, k + 200), ReturnStmt(x8)])
+    fn = _fn([], body, data_type("int8"))
+    assert evaluate_function(fn) == _wrap_int(-126 + 200, T["int8"]) == 74
+    with pytest.raises(EvaluationError, match="^integer division by zero$"):
+        evaluate_expr(BinaryOp("div", const(1), const(0)))
+
+
+def test_mixed_int_and_float_modulo_is_fmod():
+    assert evaluate_expr(BinaryOp("mod", const(7), const(2.5))) == 2.0
+    assert evaluate_expr(BinaryOp("mod", const(-7.0), const(2))) == -1.0
+
+
+def test_pointer_parameters_and_non_tensors():
+    from hidet_framework.ir.expr import TensorElement
+    from hidet_framework.ir.types import PointerType
+
+    p, n = var("p", PointerType(data_type("int32"))), var("n")
+    fn = _fn([p, n], ReturnStmt(TensorElement(p, (n,))), data_type("int32"))
+    assert evaluate_function(fn, np.arange(6, dtype=np.int32).reshape(2, 3), 4) == 4
+    with pytest.raises(EvaluationError, match="^n is not a tensor or pointer$"):
+        evaluate_expr(TensorElement(n, (const(0),)), {n: 3})
+
+
+def test_bfloat16_local_tensors_are_float32_and_poisoned():
+    from hidet_framework.lang import register_tensor
+
+    @script
+    def g(out: f32[2]):
+        t = register_tensor("bfloat16", [2])
+        out[0] = cast(t[1], "float32")
+
+    out = np.zeros(2, "float32")
+    evaluate_function(g.ir, out)
+    assert np.isnan(out[0]) and out[1] == 0.0
