@@ -13,13 +13,16 @@ from typing import Callable
 
 from hidet_framework.extension import hookimpl
 
-from . import activations, binary, conv, index_ops, pooling, rewrites, rules_fold_conv2d, shape_layout, shape_select, unary
+from . import (
+    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_fold_conv2d, shape_layout,
+    shape_select, unary,
+)
 
 
 def operators() -> dict[str, Callable]:
     """Every operator this plugin registers, by name."""
     table: dict[str, Callable] = {}
-    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops):
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention):
         for name, fn in family.OPERATORS.items():
             if name in table:
                 raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")
@@ -35,7 +38,7 @@ def register_operators(register) -> None:
 
 @hookimpl
 def register_passes(register) -> None:
-    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES):
+    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES, *rules_attention.RULES):
         register(rule.name, rule)
 
 

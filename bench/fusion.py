@@ -1,0 +1,183 @@
+"""Kernels launched and bytes moved per inference, before and after fusion.
+
+    python bench/fusion.py [--target cpu|cuda] [--models resnet50,gpt2_s128] [--out DIR]
+
+The five ONNX graphs of ``../shared/models`` (weights refilled by
+``../shared/tools/materialize_onnx.py`` into a temporary folder), each compiled three
+ways from the same imported graph:
+
+- ``unfused``: ``hf.compile(..., fusion=False)`` with the fusion rewrite rules off
+  (``fuse_attention`` and the conv2d + batch-norm folds ``fold_*_into_conv2d``): every
+  operator is its own kernel (or kernels: a template may launch more than one). The
+  lowering rewrites stay (conv2d -> im2col + matmul, the CPU's weight prepacking):
+  they decide which operators exist, not what is fused.
+- ``fused, no attn``: fusion on, the attention rule off (the folds on): what the
+  partition and the grafts alone give.
+- ``fused``: the default compile (every rule, fusion on).
+
+Per compile: kernels launched per inference (``CompiledGraph.num_launches``) and
+**bytes moved** = for every launched kernel, the sum of the sizes of the buffers it is
+given (its inputs, weights included, its outputs and its workspaces), each counted in
+full once per launch. It is a model of the traffic to and from memory that ignores
+caches (a buffer read twice by one kernel counts once; one read by two kernels counts
+twice), so it measures what fusion removes: intermediates written by one kernel and
+read back by the next. Also the max relative error against onnxruntime (CPU provider)
+on the same inputs (``max |ours - ort| / max |ort|``). The rules are turned off by
+registering, for the one compile, a rule of the same name at a higher priority that
+matches nothing (the registry's documented override).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import MODELS, _inputs, _shared_dir, cpu_description  # noqa: E402
+
+FUSION_RULES = ("fuse_attention", "fold_batch_norm_into_conv2d", "fold_scale_into_conv2d", "fold_shift_into_conv2d")
+CONFIGS = {"unfused": (False, FUSION_RULES), "fused, no attn": (True, ("fuse_attention",)), "fused": (True, ())}
+
+
+def _buffer_bytes(arg) -> int:
+    nbytes = getattr(arg, "nbytes", None)
+    if nbytes is not None:
+        return int(nbytes)
+    shape, dtype = getattr(arg, "shape", None), getattr(arg, "dtype", None)
+    if shape is None or dtype is None:
+        return 0  # a scalar argument
+    import numpy as np
+
+    from hidet_framework.ir.dtypes import data_type
+
+    count = int(np.prod([int(s) for s in shape], dtype=np.int64))
+    return count * (data_type(str(dtype)).bits // 8 if not isinstance(dtype, np.dtype) else dtype.itemsize)
+
+
+def traffic(fn) -> tuple[int, int]:
+    """(kernels launched, bytes moved) per call of a compiled graph (module docstring)."""
+    launches = fn._launches  # (kernel, bound buffers) per launch, in call order
+    return len(launches), sum(_buffer_bytes(a) for _, args in launches for a in args)
+
+
+class _RulesOff:
+    """A plugin that overrides the named rewrite rules with rules matching nothing."""
+
+    def __init__(self, names) -> None:
+        self.names = tuple(names)
+
+    def plugin(self):
+        import attrs
+
+        from hidet_framework.extension import hookimpl, points
+
+        @attrs.frozen
+        class Off:
+            name: str
+            op_names: tuple = ()
+            point: str = points.GRAPH_REWRITE
+
+            def rewrite(self, op):
+                return None
+
+        names = self.names
+
+        class Plugin:
+            @staticmethod
+            @hookimpl
+            def register_passes(register):
+                for name in names:
+                    register(name, Off(name), priority=100)
+
+        return Plugin
+
+
+def measure(path: str, target: str, check: bool) -> dict:
+    import numpy as np
+
+    import hidet_framework as hf
+    from hidet_framework.extension import temporary_plugin
+
+    row: dict = {"model": os.path.basename(path)[:-5]}
+    graph = hf.load(path)
+    feed, ref, arrays = None, None, None
+    if check:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        feed = _inputs(session, np.random.default_rng(0))
+        ref = session.run(None, feed)
+        arrays = [feed[i.name] for i in session.get_inputs()]
+    for label, (fusion, off) in CONFIGS.items():
+        try:
+            if off:
+                with temporary_plugin(_RulesOff(off).plugin(), name="bench_fusion_rules_off"):
+                    fn = hf.compile(graph, target=target, fusion=fusion)
+            else:
+                fn = hf.compile(graph, target=target, fusion=fusion)
+        except Exception as exc:  # a model that does not compile is a result
+            row[label] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
+            continue
+        launches, moved = traffic(fn)
+        entry = {"launches": launches, "bytes": moved, "operators": len(fn.graph.nodes),
+                 "attention": sum(op.name == "attention" for op in fn.graph.nodes)}
+        if check:
+            ours = fn(*arrays)
+            ours = list(ours) if isinstance(ours, tuple) else [ours]
+            entry["max_rel_err"] = max(float(np.max(np.abs(o.astype(np.float64) - r))) / max(float(np.max(np.abs(r))), 1e-30)
+                                       for o, r in zip(ours, ref))
+        row[label] = entry
+    return row
+
+
+def _print_row(row: dict) -> None:
+    cells = []
+    for label in CONFIGS:
+        e = row.get(label, {})
+        if "error" in e:
+            cells.append(f"{label}: FAILED {e['error']}")
+            continue
+        err = f" err {e['max_rel_err']:.1e}" if "max_rel_err" in e else ""
+        cells.append(f"{label}: {e['launches']:5d} launches {e['bytes'] / 2**20:9.1f} MiB{err}")
+    base, fused = row.get("unfused", {}), row.get("fused", {})
+    ratio = ""
+    if "launches" in base and "launches" in fused:
+        ratio = (f" | fused/unfused: launches {fused['launches'] / base['launches']:.2f}x, "
+                 f"bytes {fused['bytes'] / base['bytes']:.2f}x")
+    print(f"{row['model']:<15} " + " | ".join(cells) + ratio, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--shared", default=_shared_dir(), help="folder with models/ and tools/ (../shared)")
+    parser.add_argument("--no-check", action="store_true", help="skip the comparison with onnxruntime")
+    parser.add_argument("--out", help="folder for fusion.json")
+    args = parser.parse_args()
+    os.environ.setdefault("HIDET_FRAMEWORK_QUIET", "1")
+    scratch = tempfile.mkdtemp(prefix="hf-fusion-")
+    print(f"target {args.target}; cpu: {cpu_description()}; bytes moved = sum over launched kernels of their "
+          f"buffers' sizes (inputs, weights, outputs, workspaces)", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        source = os.path.join(args.shared, "models", f"{name}.onnx")
+        path = os.path.join(scratch, f"{name}.onnx")
+        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
+                       check=True)
+        row = measure(path, args.target, not args.no_check)
+        os.remove(path)
+        rows.append(row)
+        _print_row(row)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "fusion.json"), "w") as f:
+            json.dump({"target": args.target, "cpu": cpu_description(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
