@@ -106,8 +106,8 @@ def _masks_of(op: Operator) -> list[tuple[Tensor, Tensor, str, float, bool]]:
 
 def _parse_scores(z: Tensor, found: dict) -> dict | None:
     """Walk from the softmax's input down to the scores' matmul: `found` gathers the
-    scale (``scale``; ``mask_scale``, what a scale met after the mask multiplies it
-    by) and the mask (``mask``, ``kind``, ``fill``, ``inverted``, ``view``: the shape
+    scale (``scale``; ``mask_scale``, the scale again when it is applied after the
+    mask, which it then multiplies) and the mask (``mask``, ``kind``, ``fill``, ``inverted``, ``view``: the shape
     it applies on). Every reading of an operator is tried (``z + z2`` may be a mask on
     either side)."""
     z = _through_reshapes(z)
@@ -119,8 +119,9 @@ def _parse_scores(z: Tensor, found: dict) -> dict | None:
     if found["scale"] == 1.0:
         scaled = _scale_of(op)
         if scaled is not None:
-            after_mask = found["mask"] is not None
-            got = _parse_scores(scaled[0], {**found, "scale": scaled[1], "mask_scale": scaled[1] if after_mask else 1.0})
+            # walking down, a scale met before the mask is applied after it: (z + m) * c
+            above_mask = found["mask"] is None
+            got = _parse_scores(scaled[0], {**found, "scale": scaled[1], "mask_scale": scaled[1] if above_mask else 1.0})
             if got is not None:
                 return got
     if found["mask"] is None:
