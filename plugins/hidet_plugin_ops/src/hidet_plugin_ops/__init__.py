@@ -45,6 +45,8 @@ def register_passes(register) -> None:
 @hookimpl
 def register_templates(register) -> None:
     # depthwise conv2d has its own CPU schedule (the matmul rewrite leaves it alone)
+    from .cpu_attention import CpuAttention
     from .cpu_depthwise_conv import CpuDepthwiseConv2d
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
+    register(CpuAttention.name, CpuAttention())
