@@ -83,7 +83,11 @@ def attention(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None = None, *, s
         if (mask.dtype is dtypes.boolean) != want_bool or (not want_bool and not mask.dtype.is_float()):
             raise ShapeError(f"attention: a {mask_kind!r} mask must be {'bool' if want_bool else 'float'}, "
                              f"got {describe(mask)}")
-        if mask.rank > len(scores_shape) or broadcast_shapes("attention", [_as(scores_shape, q), mask]) != scores_shape:
+        try:
+            fits = mask.rank <= len(scores_shape) and broadcast_shapes("attention", [_as(scores_shape, q), mask]) == scores_shape
+        except ShapeError:
+            fits = False
+        if not fits:
             raise ShapeError(f"attention: mask {describe(mask)} does not broadcast onto the scores {list(scores_shape)}")
         inputs.append(mask)
     ct = accumulator_dtype(q.dtype)
