@@ -21,7 +21,9 @@ given (its inputs, weights included, its outputs and its workspaces), each count
 full once per launch. It is a model of the traffic to and from memory that ignores
 caches (a buffer read twice by one kernel counts once; one read by two kernels counts
 twice), so it measures what fusion removes: intermediates written by one kernel and
-read back by the next. Also the max relative error against onnxruntime (CPU provider)
+read back by the next. Listed under each model: the operators that are still their own
+kernel in ``fused`` (status ``single``, or a group whose graft fell back, ``separate``)
+with the reason the report gives. Also the max relative error against onnxruntime (CPU provider)
 on the same inputs (``max |ours - ort| / max |ort|``). The rules are turned off by
 registering, for the one compile, a rule of the same name at a higher priority that
 matches nothing (the registry's documented override).
@@ -129,6 +131,13 @@ def measure(path: str, target: str, check: bool) -> dict:
             ours = list(ours) if isinstance(ours, tuple) else [ours]
             entry["max_rel_err"] = max(float(np.max(np.abs(o.astype(np.float64) - r))) / max(float(np.max(np.abs(r))), 1e-30)
                                        for o, r in zip(ours, ref))
+        if label == "fused":  # what stayed its own kernel, and why (epilogues that did not graft)
+            alone: dict = {}
+            for r in fn.fusion_report():
+                if r.status != "fused":
+                    key = f"{r.operators} ({r.status}{': ' + r.reason if r.reason else ''})"
+                    alone[key] = alone.get(key, 0) + 1
+            entry["not_fused"] = alone
         row[label] = entry
     return row
 
@@ -148,6 +157,8 @@ def _print_row(row: dict) -> None:
         ratio = (f" | fused/unfused: launches {fused['launches'] / base['launches']:.2f}x, "
                  f"bytes {fused['bytes'] / base['bytes']:.2f}x")
     print(f"{row['model']:<15} " + " | ".join(cells) + ratio, flush=True)
+    for what, count in sorted(fused.get("not_fused", {}).items(), key=lambda kv: -kv[1]):
+        print(f"    alone in 'fused': {count} x {what}", flush=True)
 
 
 def main() -> int:

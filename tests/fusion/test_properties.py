@@ -23,12 +23,17 @@ mismatched. Without ``FUSION_LOG`` the first mismatch fails at once and is shrun
     FUSION_EXAMPLES=10000 FUSION_LOG=$OUT/fusion-long.log python -m pytest -n 0 -m cuda \
         tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree_on_cuda
     grep -c ' ok ' LOG; grep -c MISMATCH LOG      # the count of examples and of mismatches
+
+``tests/fusion/long_run.py`` runs several such processes side by side (different
+seeds, a time limit through ``FUSION_DEADLINE``, seconds since the epoch after which
+examples are no longer checked) and adds their counts up.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import pathlib
+import time
 import zlib
 
 import numpy as np
@@ -118,6 +123,8 @@ def _size(shape) -> int:
 
 def _property(target: str, program: dict, fx, seed: int) -> None:
     fx.need_target(target)
+    if time.time() > float(os.environ.get("FUSION_DEADLINE", "inf")):
+        return  # the long run's time is up: the remaining examples are drawn, not checked
     log = os.environ.get("FUSION_LOG")
     if not log:
         _check_program(target, program, seed)
