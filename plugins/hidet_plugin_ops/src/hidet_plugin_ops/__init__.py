@@ -47,6 +47,8 @@ def register_templates(register) -> None:
     # depthwise conv2d has its own CPU schedule (the matmul rewrite leaves it alone)
     from .cpu_attention import CpuAttention
     from .cpu_depthwise_conv import CpuDepthwiseConv2d
+    from .cuda_attention import CudaAttention  # imports the CUDA plugin's primitives only when it builds
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
     register(CpuAttention.name, CpuAttention())
+    register(CudaAttention.name, CudaAttention())

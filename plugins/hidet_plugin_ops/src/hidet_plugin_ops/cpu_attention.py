@@ -62,6 +62,40 @@ class _Batched:
         return value if self.dtype is dtype else cast(value, dtype)
 
 
+def row_functions(task: Any, a: Mapping[str, Any], batch: Sequence[int]):
+    """(logit, probability): the scaled and masked score of ``(b, i, j)`` from its dot
+    product, and a probability from ``exp(s - max)`` and ``1 / sum`` (NaN -> 0 under
+    zero_nan), as IR; shared with the CUDA template."""
+    q = task.inputs[0]
+    ct = accumulator_dtype(q.dtype)
+    kind = a["mask_kind"]
+    mask = task.inputs[3] if kind != "none" else None
+    mrank = len(mask.shape) if mask is not None else 0
+    ma = _Batched(mask.shape if mrank >= 2 else (1, 1), batch, mask.dtype) if mask is not None else None
+    scale, fill, zero_nan = float(a["scale"]), float(a["fill"]), bool(a["zero_nan"])
+    zero = const(0, dtypes.int32)
+
+    def mask_at(mk, b, i, j) -> Expr:
+        if mrank >= 2:
+            return mk[ma.index(b, i if mask.shape[-2] > 1 else zero, j if mask.shape[-1] > 1 else zero)]
+        return mk[(j,)] if mrank == 1 and mask.shape[0] > 1 else mk[(zero,) * mrank]
+
+    def logit(s_value, mk, b, i, j) -> Expr:
+        value = s_value * const(scale, ct) if scale != 1.0 else s_value
+        if kind == "add":
+            m_value = mask_at(mk, b, i, j)
+            return value + (m_value if mask.dtype is ct else cast(m_value, ct))
+        if kind == "select":
+            return if_then_else(mask_at(mk, b, i, j), value, const(fill, ct))
+        return value
+
+    def probability(e, inv) -> Expr:
+        p = e * inv
+        return if_then_else(not_equal(p, p), const(0.0, ct), p) if zero_nan else p
+
+    return logit, probability
+
+
 def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, name: str):
     has_mask = a["mask_kind"] != "none"
     q, kt, v = task.inputs[:3]
@@ -78,29 +112,8 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, name: str
     mask = task.inputs[3] if has_mask else None
     types = [TensorType(t.dtype, t.shape) for t in (q, kt, v, mask if has_mask else q, y)]
     qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
-    mrank = len(mask.shape) if has_mask else 0
-    ma = _Batched(mask.shape if mrank >= 2 else (1, 1), batch, mask.dtype) if has_mask else None
-    scale, fill, kind, zero_nan = float(a["scale"]), float(a["fill"]), a["mask_kind"], bool(a["zero_nan"])
+    logit, probability = row_functions(task, a, batch)
     lowest = const(ct.min_value(), ct)
-
-    def mask_at(mk, b, i, j) -> Expr:
-        if mrank >= 2:
-            return mk[ma.index(b, i if mask.shape[-2] > 1 else const(0, dtypes.int32),
-                               j if mask.shape[-1] > 1 else const(0, dtypes.int32))]
-        return mk[(j,)] if mrank == 1 and mask.shape[0] > 1 else mk[(const(0, dtypes.int32),) * mrank]
-
-    def logit(s_value, mk, b, i, j) -> Expr:
-        value = s_value * const(scale, ct) if scale != 1.0 else s_value
-        if kind == "add":
-            m_value = mask_at(mk, b, i, j)
-            return value + (m_value if mask.dtype is ct else cast(m_value, ct))
-        if kind == "select":
-            return if_then_else(mask_at(mk, b, i, j), value, const(fill, ct))
-        return value
-
-    def probability(e, inv) -> Expr:
-        p = e * inv
-        return if_then_else(not_equal(p, p), const(0.0, ct), p) if zero_nan else p
 
     qt, kt_t, vt, mt, yt = types
     wt_s, wt_acc = TensorType(ct, (workers * n,)), TensorType(ct, (workers * dv,))
