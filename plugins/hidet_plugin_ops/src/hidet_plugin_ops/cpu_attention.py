@@ -1,41 +1,47 @@
-"""``attention`` on the CPU: one kernel, one query row at a time.
+"""``attention`` on the CPU: one kernel, a block of R query rows at a time.
 
-    parallel over workers w:                      (task mapping spatial(workers))
-        for each of w's rows (b, i) of the scores (b the flat batch index):
-            s[j]  = sum_d q[b, i, d] * kt[b, d, j]     d outer, j inner: contiguous in
-                                                       kt's last axis, so it vectorizes
-            s[j]  = scale * s[j] (+ mask / select)     and the row maximum, in float32
-            s[j]  = exp(s[j] - max); sum               float32
-            acc[c] = sum_j p_j * v[b, j, c]            p_j = s[j] / sum (0 for a NaN
-                                                       with zero_nan); c inner
-            y[b, i, c] = acc[c]                        element stores: epilogues graft
+    parallel over workers w:                       (task mapping spatial(workers))
+        for each of w's items (b, rows i0 .. i0+R-1) (b the flat batch index):
+            qr[t, :] = q[b, i0 + t, :]                  the R query rows, on the stack
+            s[t, j]  = sum_d qr[t, d] * kt[b, d, j]     d, then t, then j innermost:
+                                                        kt's row d (contiguous in j, read
+                                                        from L1 by the R rows) vectorizes
+            s[t, j]  = scale * s[t, j] (+ mask / select), the row max; exp(s - max), the
+                       row sum                          float32
+            acc[t, c] = sum_j p[t, j] * v[b, j, c]      j, then t, then c innermost: v's
+                                                        row j serves the R rows
+            y[b, i0 + t, c] = acc[t, c]                 element stores: epilogues graft
 
-The scores row and the output row live in per-worker workspaces (``[workers * N]`` and
-``[workers * Dv]`` float32), so the probabilities never go to memory and nothing in
-the kernel grows with M or the batch. Operands are read only as elements
-(``q[b0, b1, i, d]``), so fusion grafts the reshapes, transposes and scalings that lead
-to them (the head split of BERT and GPT-2) onto these loads. The space is the row
-order only (workers from the machine's cores); float32 statistics whatever the
-operands' dtype (float64 stays float64).
+The R rows of scores, queries and outputs are per-thread stack arrays (the template
+applies while they fit in LOCAL_LIMIT), so the probabilities never go to memory and
+K and V are read once per R rows. Rows past M in the last block compute row M-1 again
+and are not stored. Operands are read only as elements (``q[b0, b1, i, d]``), so
+fusion grafts the reshapes, transposes and scalings that lead to them onto these
+loads. The space: R in BLOCKS, rows dealt in blocks or cyclically (workers from the
+machine's cores); float32 statistics whatever the operands' dtype (float64 stays
+float64).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import Expr, cast, const, if_then_else, maximum, not_equal
+from hidet_framework.ir.expr import Expr, cast, const, if_then_else, maximum, minimum, not_equal
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, parallel, script, script_module
+from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
 from hidet_framework.mapping.task_mapping import spatial
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .attention import accumulator_dtype
 
 __all__ = ["CpuAttention"]
+
+BLOCKS = (4, 1, 8)  # query rows per work item (the space; the first is the default)
+LOCAL_LIMIT = 256 * 1024  # stack bytes per thread for the rows of one item
 
 
 class _Batched:
@@ -96,8 +102,7 @@ def row_functions(task: Any, a: Mapping[str, Any], batch: Sequence[int]):
     return logit, probability
 
 
-def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, name: str):
-    has_mask = a["mask_kind"] != "none"
+def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: int, name: str):
     q, kt, v = task.inputs[:3]
     y = task.outputs[0]
     batch = tuple(int(s) for s in a["batch"])
@@ -105,57 +110,68 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, name: str
     flat = 1
     for extent in batch:
         flat *= extent
-    rows = flat * m
-    per_worker = max(1, -(-rows // workers))
+    blocks = -(-m // block)  # row blocks per batch entry; the last may be partial
+    items = flat * blocks
+    per_worker = max(1, -(-items // workers))
     slots = spatial(workers)
     ct = accumulator_dtype(q.dtype)
-    mask = task.inputs[3] if has_mask else None
-    types = [TensorType(t.dtype, t.shape) for t in (q, kt, v, mask if has_mask else q, y)]
+    mask = task.inputs[3] if a["mask_kind"] != "none" else q
+    qt, kt_t, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
     qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
     logit, probability = row_functions(task, a, batch)
     lowest = const(ct.min_value(), ct)
-
-    qt, kt_t, vt, mt, yt = types
-    wt_s, wt_acc = TensorType(ct, (workers * n,)), TensorType(ct, (workers * dv,))
+    zero = const(0.0, ct)
 
     @script
-    def attention_rows(qx: qt, kx: kt_t, vx: vt, mk: mt, yx: yt, srow: wt_s, acc: wt_acc):
+    def attention_rows(qx: qt, kx: kt_t, vx: vt, mk: mt, yx: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
         for w in parallel(workers):
+            qr = local_tensor(ct, [block * d])
+            sr = local_tensor(ct, [block * n])
+            ac = local_tensor(ct, [block * dv])
+            inv = local_tensor(ct, [block])
             for slot in slots.on(w):
                 for k in range(per_worker):
-                    row = slot * per_worker + k if order == "block" else k * workers + slot
-                    if row < rows:
-                        b = row / m
-                        i = row % m
-                        sb = w * n
-                        ab = w * dv
-                        for j in range(n):
-                            srow[sb + j] = const(0.0, ct)
-                        for r in range(d):
-                            qv = qa.load(qx, b, i, r, ct)
+                    item = slot * per_worker + k if order == "block" else k * workers + slot
+                    if item < items:
+                        b = item / blocks
+                        i0 = (item % blocks) * block
+                        # rows past M (a partial last block) compute row M-1 again, never stored
+                        for t in range(block):
+                            for r in range(d):
+                                qr[t * d + r] = qa.load(qx, b, minimum(i0 + t, m - 1), r, ct)
                             for j in range(n):
-                                srow[sb + j] = srow[sb + j] + qv * ka.load(kx, b, r, j, ct)
-                        top = lowest
-                        for j in range(n):
-                            z = logit(srow[sb + j], mk, b, i, j)
-                            srow[sb + j] = z
-                            top = maximum(top, z)
-                        total = const(0.0, ct)
-                        for j in range(n):
-                            e = exp(srow[sb + j] - top)
-                            srow[sb + j] = e
-                            total = total + e
-                        inv = const(1.0, ct) / total
-                        for c in range(dv):
-                            acc[ab + c] = const(0.0, ct)
-                        for j in range(n):
-                            p = probability(srow[sb + j], inv)
+                                sr[t * n + j] = zero
+                        for r in range(d):
+                            for t in range(block):
+                                qv = qr[t * d + r]
+                                for j in range(n):
+                                    sr[t * n + j] = sr[t * n + j] + qv * ka.load(kx, b, r, j, ct)
+                        for t in range(block):
+                            i = minimum(i0 + t, m - 1)
+                            top = lowest
+                            for j in range(n):
+                                z = logit(sr[t * n + j], mk, b, i, j)
+                                sr[t * n + j] = z
+                                top = maximum(top, z)
+                            total = zero
+                            for j in range(n):
+                                e = exp(sr[t * n + j] - top)
+                                sr[t * n + j] = e
+                                total = total + e
+                            inv[t] = const(1.0, ct) / total
                             for c in range(dv):
-                                acc[ab + c] = acc[ab + c] + p * va.load(vx, b, j, c, ct)
-                        for c in range(dv):
-                            yx[ya.index(b, i, c)] = cast(acc[ab + c], y.dtype)
+                                ac[t * dv + c] = zero
+                        for j in range(n):
+                            for t in range(block):
+                                p = probability(sr[t * n + j], inv[t])
+                                for c in range(dv):
+                                    ac[t * dv + c] = ac[t * dv + c] + p * va.load(vx, b, j, c, ct)
+                        for t in range(block):
+                            if i0 + t < m:
+                                for c in range(dv):
+                                    yx[ya.index(b, i0 + t, c)] = cast(ac[t * dv + c], y.dtype)
 
     return attention_rows
 
@@ -170,29 +186,31 @@ class CpuAttention(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(int(attributes[k]) > 0 for k in ("m", "n", "d", "dv")) and all(int(s) > 0 for s in attributes["batch"])
+        sizes = [int(attributes[k]) for k in ("m", "n", "d", "dv")] + [int(s) for s in attributes["batch"]]
+        # the per-thread rows live on the stack: at most LOCAL_LIMIT bytes for the largest block
+        width = accumulator_dtype(task.inputs[0].dtype).bits // 8
+        rows = max(BLOCKS)
+        local = rows * (int(attributes["n"]) + int(attributes["d"]) + int(attributes["dv"]) + 1) * width
+        return min(sizes) > 0 and local <= LOCAL_LIMIT
 
     def space(self, target: Any, level: int) -> list[dict]:
         workers = max(1, int(target.get("cores", 1)))
-        out = [{"workers": workers, "order": "block"}]
-        return out if level == 0 else out + [{"workers": workers, "order": "cyclic"}]
+        out = [{"workers": workers, "order": "block", "rows": BLOCKS[0]}]
+        if level == 0:
+            return out
+        return out + [{"workers": workers, "order": o, "rows": r} for r in BLOCKS for o in ("block", "cyclic")
+                      if {"workers": workers, "order": o, "rows": r} not in out]
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
-        workers, order = int(params["workers"]), str(params["order"])
+        workers, order, rows = int(params["workers"]), str(params["order"]), int(params["rows"])
         name = "ops_attention_cpu"
-        fn = _kernel(task, attributes, workers, order, name)
-        ct = accumulator_dtype(task.inputs[0].dtype)
-        n, dv = int(attributes["n"]), int(attributes["dv"])
-        has_mask = attributes["mask_kind"] != "none"
-        workspace = (WorkspaceSpec("score_rows", ct.name, (workers * n,)),
-                     WorkspaceSpec("output_rows", ct.name, (workers * dv,)))
-        buffers = (BufferRef("input", 0), BufferRef("input", 1), BufferRef("input", 2), BufferRef("input", 3),
-                   BufferRef("output", 0), BufferRef("workspace", 0), BufferRef("workspace", 1))
-        if has_mask:
+        fn = _kernel(task, attributes, workers, order, rows, name)
+        buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
+        if attributes["mask_kind"] != "none":
             module = script_module(fn, name=name)
         else:  # the mask parameter is unused: dropped, so no buffer is bound twice
             ir = fn.ir
             module = ir_module(name, [Function(ir.name, [p for k, p in enumerate(ir.params) if k != 3], ir.body, ir.kind,
                                                ir.ret_type, ir.attrs)])
             buffers = buffers[:3] + buffers[4:]
-        return ScheduledTask(module, (Launch(name, buffers),), workspace, source=self.name, params=dict(params))
+        return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=dict(params))
