@@ -102,7 +102,7 @@ class _RulesOff:
         return Plugin
 
 
-def measure(path: str, target: str, check: bool) -> dict:
+def measure(path: str, target: str, check: bool, configs=tuple(CONFIGS)) -> dict:
     import numpy as np
 
     import hidet_framework as hf
@@ -119,6 +119,8 @@ def measure(path: str, target: str, check: bool) -> dict:
         ref = session.run(None, feed)
         arrays = [feed[i.name] for i in session.get_inputs()]
     for label, (fusion, off) in CONFIGS.items():
+        if label not in configs:
+            continue
         try:
             if off:
                 with temporary_plugin(_RulesOff(off).plugin(), name="bench_fusion_rules_off"):
@@ -212,6 +214,7 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--shared", default=_shared_dir(), help="folder with models/ and tools/ (../shared)")
     parser.add_argument("--no-check", action="store_true", help="skip the comparison with onnxruntime")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"a subset of {','.join(CONFIGS)}")
     parser.add_argument("--out", help="folder for fusion.json")
     parser.add_argument("--attention-timing", action="store_true",
                         help="only time BERT's attention block with the rule on and off (interleaved medians)")
@@ -229,7 +232,7 @@ def main() -> int:
         path = os.path.join(scratch, f"{name}.onnx")
         subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
                        check=True)
-        row = measure(path, args.target, not args.no_check)
+        row = measure(path, args.target, not args.no_check, tuple(args.configs.split(",")))
         os.remove(path)
         rows.append(row)
         _print_row(row)
