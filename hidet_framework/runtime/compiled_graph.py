@@ -259,7 +259,10 @@ class CompiledGraph:
 
     def _copy_in(self, view: Any, value: Any) -> None:
         if isinstance(view, np.ndarray):
-            np.copyto(view, np.asarray(value), casting="no")
+            value = np.asarray(value)
+            if value.dtype != view.dtype:  # checked: bfloat16 as ml_dtypes' type vs its uint16 bits
+                value = value.view(view.dtype)
+            np.copyto(view, value, casting="no")
         elif isinstance(value, np.ndarray) or _on_host(value):
             view.copy_from_host(np.asarray(value, order="C"))
         else:
