@@ -192,7 +192,9 @@ def time_attention(target: str, rounds: int = 15) -> None:
 def _print_row(row: dict) -> None:
     cells = []
     for label in CONFIGS:
-        e = row.get(label, {})
+        if label not in row:
+            continue  # not measured (--configs)
+        e = row[label]
         if "error" in e:
             cells.append(f"{label}: FAILED {e['error']}")
             continue
