@@ -14,6 +14,7 @@ from hidet_framework.extension import MissingBackendError, plugin_host
 from hidet_framework.fusion import FUSED_OPERATOR, FUSION_PASSES, GROUP_ATTRIBUTE
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.graph.passes.convert_float_dtype import convert_float_dtype
 from hidet_framework.runtime.compile_target import CompileTarget, TargetUnavailableError
 from hidet_framework.runtime.compiled_graph import CompiledGraph
 from hidet_framework.runtime.compiled_task import CompiledTask
@@ -47,7 +48,7 @@ def evaluate_constants(task: Task, arrays: Sequence[np.ndarray]) -> Sequence[np.
 
 
 def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  # noqa: A001
-            fusion: bool = True) -> CompiledGraph:
+            fusion: bool = True, dtype: str | None = None) -> CompiledGraph:
     """Compile a traced graph for `target` ("cpu", "cuda", "evaluator", or "auto": the
     most preferred backend usable here, e.g. cuda where a GPU is, else cpu;
     ``CompiledGraph.target`` says which). The target is resolved once, here.
@@ -55,6 +56,10 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     :param space: schedule search-space level 0/1/2; None reads $HIDET_FRAMEWORK_SPACE (default 0).
     :param fusion: fuse producers and consumers onto anchors (fewer kernels, see
         ``CompiledGraph.fusion_report()``); False keeps one kernel per operator.
+    :param dtype: "float16" or "bfloat16": the model computes in that type (float32
+        inputs and weights converted, float32 accumulation and statistics kept inside
+        kernels, integer tensors untouched; ``graph/passes/convert_float_dtype.py``);
+        None or "float32" leaves the graph's types as they are.
     :raises MissingBackendError: no installed plugin serves the target.
     :raises TargetUnavailableError: the backend is installed but cannot run here.
     """
@@ -65,6 +70,7 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     # The evaluator target promises not to need a compiler, constant folding included.
     ctx = GraphPassContext(evaluate=interpret_task if resolved is EVALUATOR else evaluate_constants,
                            target=resolved.kind)
+    graph = convert_float_dtype(graph, dtype, ctx)
     graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with progress(distinct, f"compiling {distinct} tasks for {resolved.kind}") as advance:
