@@ -19,6 +19,7 @@ from hidet_framework.runtime.compile_target import CompileTarget, TargetUnavaila
 from hidet_framework.runtime.compiled_graph import CompiledGraph
 from hidet_framework.runtime.compiled_task import CompiledTask
 from hidet_framework.runtime.evaluate_task import EVALUATOR, interpret_task
+from hidet_framework.driver.model_compiler import compile_model_tasks
 from hidet_framework.driver.task_compiler import compile_fused, compile_task
 from hidet_framework.driver.options import progress, resolve_space
 from hidet_framework.driver.targets import resolve_compile_target
@@ -48,7 +49,7 @@ def evaluate_constants(task: Task, arrays: Sequence[np.ndarray]) -> Sequence[np.
 
 
 def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  # noqa: A001
-            fusion: bool = True, dtype: str | None = None) -> CompiledGraph:
+            fusion: bool = True, dtype: str | None = None, parallel: bool = True) -> CompiledGraph:
     """Compile a traced graph for `target` ("cpu", "cuda", "evaluator", or "auto": the
     most preferred backend usable here, e.g. cuda where a GPU is, else cpu;
     ``CompiledGraph.target`` says which). The target is resolved once, here.
@@ -60,6 +61,8 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
         inputs and weights converted, float32 accumulation and statistics kept inside
         kernels, integer tensors untouched; ``graph/passes/convert_float_dtype.py``);
         None or "float32" leaves the graph's types as they are.
+    :param parallel: tune and build all the model's tasks at once on every core
+        (``driver/model_compiler.py``); False compiles operator by operator.
     :raises MissingBackendError: no installed plugin serves the target.
     :raises TargetUnavailableError: the backend is installed but cannot run here.
     """
@@ -72,6 +75,9 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
                            target=resolved.kind)
     graph = convert_float_dtype(graph, dtype, ctx)
     graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
+    if resolved is not EVALUATOR and parallel:
+        # the whole model's tasks tuned and built at once, on every core (model_compiler.py)
+        ctx.stats["compile_model_tasks"] = compile_model_tasks(graph.nodes, resolved, space)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with progress(distinct, f"compiling {distinct} tasks for {resolved.kind}") as advance:
         def compile_operator(op: Any) -> CompiledTask:
