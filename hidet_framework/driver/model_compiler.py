@@ -10,9 +10,10 @@ tune each task's few candidates on their own. Instead:
    the same cache folder), builds the candidates of *all* tasks in one parallel pool,
    and times each task's candidates on the device.
 2. **Building the winners**: every distinct operator's final ScheduledTask (the
-   tuner's pick, or the auto-scheduler's; a fusion group's grafted kernel) is lowered,
-   generated and built in one parallel pool (fork-based, all cores), then loaded here
-   and put in the driver's in-process task cache.
+   tuner's pick read back from the cache, or the auto-scheduler's; a fusion group's
+   grafted kernel) is scheduled, lowered, generated and built in one parallel pool
+   (fork-based, all cores; the workers never touch the device), then loaded here and
+   put in the driver's in-process task cache.
 
 The compiled graph then finds every task in that cache. Anything this step cannot do
 (a candidate that does not build, a fusion that falls back to separate kernels) is
@@ -99,30 +100,31 @@ def _plan(unit: tuple, target: Any, space: int) -> list[tuple]:
         return plans
 
 
-def _build_one(index: int) -> tuple:
-    scheduled, target = _JOBS["plans"][index][2], _JOBS["target"]
+def _plan_and_build(index: int) -> tuple:
+    """In a worker: schedule unit `index` (the tuner's pick comes from the on-disk cache
+    filled before the fork) and lower, generate and build its kernels."""
+    unit, target, space = _JOBS["units"][index], _JOBS["target"], _JOBS["space"]
     try:
-        return index, target.build(scheduled), None
+        return index, [(key, task, scheduled, tuning, target.build(scheduled))
+                       for key, task, scheduled, tuning in _plan(unit, target, space)], None
     except Exception as exc:  # left to the per-operator path, which reports it
-        return index, None, f"{type(exc).__name__}: {exc}"
+        return index, [], f"{type(exc).__name__}: {exc}"
 
 
-def _build_all(plans: list[tuple], target: Any, workers: int | None) -> dict[int, Any]:
-    workers = workers or max(1, min(len(plans), len(os.sched_getaffinity(0))))
-    _JOBS.update(plans=plans, target=target)
-    built: dict[int, Any] = {}
+def _build_all(units: list[tuple], target: Any, space: int, workers: int | None) -> list[tuple]:
+    """(key, task, ScheduledTask, TuningResult, built) of every unit that planned and
+    built, from one fork-based pool."""
+    workers = workers or max(1, min(len(units), len(os.sched_getaffinity(0))))
+    _JOBS.update(units=units, target=target, space=space)
+    done: list[tuple] = []
     try:
-        with progress(len(plans), f"building {len(plans)} kernels on {workers} cores") as advance:
-            if workers == 1:
-                results = map(_build_one, range(len(plans)))
-                pool = None
-            else:
-                pool = multiprocessing.get_context("fork").Pool(workers)
-                results = pool.imap_unordered(_build_one, range(len(plans)))
+        with progress(len(units), f"building the kernels of {len(units)} tasks on {workers} cores") as advance:
+            pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
+            results = pool.imap_unordered(_plan_and_build, range(len(units))) if pool else \
+                map(_plan_and_build, range(len(units)))
             try:
-                for index, result, error in results:
-                    if error is None:
-                        built[index] = result
+                for _, built, _ in results:
+                    done += built
                     advance()
             finally:
                 if pool is not None:
@@ -130,7 +132,7 @@ def _build_all(plans: list[tuple], target: Any, workers: int | None) -> dict[int
                     pool.join()
     finally:
         _JOBS.clear()
-    return built
+    return done
 
 
 def compile_model_tasks(nodes: Sequence[Any], target: Any, space: int, workers: int | None = None) -> dict:
@@ -141,18 +143,14 @@ def compile_model_tasks(nodes: Sequence[Any], target: Any, space: int, workers: 
     units = _units(nodes, target, space)
     tuned = _tune_all(units, target, space) if space > 0 and units else 0
     tuned_at = time.perf_counter()
-    plans: list[tuple] = []
-    for unit in units:
-        try:
-            plans += _plan(unit, target, space)
-        except Exception:  # noqa: BLE001 - the per-operator path raises it with its context
-            continue
-    unique = list({p[0]: p for p in plans}.values())
-    built = _build_all(unique, target, workers) if unique else {}
-    for index, result in built.items():
-        key, task, scheduled, tuning = unique[index]
+    built = _build_all(units, target, space, workers) if units else []
+    stored = set()
+    for key, task, scheduled, tuning, result in built:
+        if key in stored or cached(key) is not None:
+            continue  # a group's fallback member planned twice
         compiled = target.load(task, scheduled, result)
         compiled.tuning = tuning
         store(key, compiled)
-    return {"units": len(units), "tuned_tasks": tuned, "built": len(built),
+        stored.add(key)
+    return {"units": len(units), "tuned_tasks": tuned, "built": len(stored),
             "tuning_s": tuned_at - started, "build_s": time.perf_counter() - tuned_at}
