@@ -110,7 +110,9 @@ def run(model: str, target: str, space: int | None, dtype: str, input_shapes: tu
             raise click.ClickException("--check needs the source model; this saved model does not name one "
                                        "that exists")
         reference_name, errors = check_against_reference(source, specs, arrays, outputs)
-        tolerance = _TOLERANCE[dtype]
+        # a saved half-precision model is checked at its own type's tolerance
+        half = [d for _, _, d in specs if d in ("float16", "bfloat16")]
+        tolerance = _TOLERANCE[half[0] if half and dtype == "float32" else dtype]
         for k, err in enumerate(errors):
             ok = err <= tolerance
             failed |= not ok
