@@ -187,11 +187,7 @@ def main_cuda(args) -> int:
                        check=True)
         for batch in [int(b) for b in args.batches.split(",")]:
             model_path = batched_copy(path, batch, os.path.join(scratch, f"{name}_b{batch}.onnx"))
-            if model_path is None:
-                row = {"model": name, "batch": batch, "error": "skipped: the ONNX graph fixes batch 1 in its "
-                       "Reshape constants"}
-            else:
-                row = bench_model_cuda(model_path, batch, args, started)
+            row = bench_model_cuda(model_path, batch, args, started)
             rows.append(row)
             print_row_cuda(row)
             if args.out:
