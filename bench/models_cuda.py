@@ -4,7 +4,8 @@ against torch eager, torch.compile (Inductor, default mode) and torch.compile
 
 - Ours: ``hf.load`` (the ONNX frontend, float32) then ``hf.compile(graph,
   target="cuda", space=S, dtype="float16")``: the dtype graph pass converts weights
-  and activations. Called with torch CUDA tensors (``fn.run_device``).
+  and activations. Called with torch CUDA tensors (torch out, no copies, one CUDA
+  graph replay per call: the call path of docs/call_path.md).
 - Torch: `bench/onnx_torch.py` rebuilds each model from the same ONNX weights (a
   module that evaluates the graph node by node with torch ops; onnx2torch is not
   installed on the GPU machine), converted with ``.to_half()``; TF32 off.
@@ -171,7 +172,7 @@ def bench_model_cuda(path: str, batch: int, args: Any, started: float) -> dict:
     except Exception as exc:  # a model that does not import or compile is a result
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         return row
-    impls: dict[str, Any] = {"ours": lambda: fn.run_device(*t16)}
+    impls: dict[str, Any] = {"ours": lambda: fn(*t16)}  # torch in, torch out: zero copy, CUDA graph
     with torch.no_grad():
         impls["eager"] = lambda: mod16(*t16)
         if time.perf_counter() - started < args.budget_s:
