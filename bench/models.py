@@ -135,6 +135,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="cuda: interleaved rounds")
     parser.add_argument("--calls", type=int, default=20, help="cuda: timed calls per impl per round")
     parser.add_argument("--top", type=int, default=5, help="cuda: our costliest kernels to print per model")
+    parser.add_argument("--peers", default="eager,inductor_cg,inductor",
+                        help="cuda: torch.compile peers (inductor_cg: mode='reduce-overhead'; inductor: default)")
     parser.add_argument("--ort-check", action="store_true", help="cuda: torch fp32 module vs onnxruntime too")
     args = parser.parse_args()
     if args.target == "cuda":

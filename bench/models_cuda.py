@@ -178,6 +178,8 @@ def bench_model_cuda(path: str, batch: int, args: Any, started: float) -> dict:
         if time.perf_counter() - started < args.budget_s:
             # reduce-overhead (the target's peer) first: the default mode may not fit the budget
             for mode, label in (("reduce-overhead", "inductor_cg"), (None, "inductor")):
+                if label not in args.peers.split(","):
+                    continue
                 if label == "inductor" and time.perf_counter() - started >= args.budget_s:
                     row["skipped"] = "torch.compile (default mode) skipped: the bench's time budget was spent"
                     break
