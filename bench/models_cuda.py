@@ -218,8 +218,9 @@ def print_row_cuda(row: dict) -> None:
     print(f"{head} ours {row['ours_ms']:.3f} ms  {peers}  | err ours {row['ours_err']:.1e} torch16 "
           f"{row['torch16_err']:.1e}  | launches {row['launches']} (kernels seen {row['ours_kernels']}; "
           f"torch eager {row.get('eager_kernels')}, reduce-overhead {row.get('inductor_cg_kernels', '-')})  | compile "
-          f"ours {row['compile_s']:.1f} s {row.get('compile_stats', '')}, inductor "
-          f"{row.get('inductor_compile_s', float('nan')):.1f} s", flush=True)
+          f"ours {row['compile_s']:.1f} s {row.get('compile_stats', '')}, torch.compile "
+          + ", ".join(f"{p} {row[p + '_compile_s']:.1f} s" for p in ("inductor_cg", "inductor")
+                      if p + "_compile_s" in row), flush=True)
     if "torch32_vs_ort" in row:
         print(f"{'':20}torch fp32 (bench/onnx_torch.py) vs onnxruntime: {row['torch32_vs_ort']:.1e}", flush=True)
     for name, us, count in row.get("ours_top", []):
