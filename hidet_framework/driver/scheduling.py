@@ -43,15 +43,32 @@ def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
     return target.build, measure
 
 
+def applicable_templates(task: Task, op_name: str, target: CompileTarget, attributes: dict) -> list:
+    """The plugin templates registered for (`op_name`, target kind) that apply to `task`."""
+    if not target.uses_templates:
+        return []
+    return [t for t in plugin_host().templates.templates_for(op_name, target.kind)
+            if not hasattr(t, "applies") or t.applies(task, attributes)]
+
+
+def tune_request(task: Task, op_name: str, target: CompileTarget, space: int, attributes: dict,
+                 templates: list) -> Any:
+    """The tuner's request for `task` (see ``tuner.tune_many``)."""
+    from hidet_framework.schedule.template import build_scheduled
+    from hidet_framework.tuner import TuneRequest
+
+    prepare, measure = tuner_hooks(task, target)
+    return TuneRequest(task, attributes, op_name, target.target, templates, space, prepare, measure,
+                       build_scheduled)
+
+
 def schedule(task: Task, op_name: str, target: CompileTarget, space: int,
              attributes: dict | None = None) -> tuple[ScheduledTask, Any]:
     """(the ScheduledTask of `task`, the TuningResult or None): when plugins registered
     templates for (`op_name`, target kind) that apply to it, the tuner's pick among their
     candidates (at space level `space`); otherwise the rule-based auto-scheduler."""
     attributes = dict(attributes or {})
-    templates = [] if not target.uses_templates else [
-        t for t in plugin_host().templates.templates_for(op_name, target.kind)
-        if not hasattr(t, "applies") or t.applies(task, attributes)]
+    templates = applicable_templates(task, op_name, target, attributes)
     if not templates:
         return target.auto_schedule(task), None
     from hidet_framework.schedule.template import build_scheduled
