@@ -3,6 +3,7 @@
     python bench/matmul.py --target cpu --space 2 --out bench-out
     python bench/matmul.py --target cpu --shapes 1024,2048 --space 0
     python bench/matmul.py --target cuda --space 1 --all --out bench-out
+    python bench/matmul.py --target cuda --space 1 --short-m --dtypes float32,float16,bfloat16
 
 For each shape and dtype: our time (median of --repeat runs of the tuner's winner),
 the peer's time in the same process (CPU: numpy/OpenBLAS on the same thread count;
@@ -38,6 +39,8 @@ import time
 import numpy as np
 
 ALL_SHAPES = ["4096", "2048", "1024", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
+# issue 18's short-M targets (decode and small batches): MxNxK
+SHORT_M = ["16x4096x4096", "32x4096x11008", "1x4096x11008", "1x11008x4096", "128x4096x4096"]
 CPU_DEFAULT = ["1024", "2048", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
 _BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -181,6 +184,7 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     fn = compile_task(task, "cuda", space=args.space)
     tuning = time.perf_counter() - started
     candidates = fn.tuning.candidates if fn.tuning is not None else 1
+    template = getattr(getattr(fn.tuning, "template", None), "name", None) or getattr(fn.scheduled, "source", None)
     tdt = getattr(torch, dtype)
     a = torch.randn(a_shape, device="cuda", dtype=tdt)
     b = torch.randn(b_shape, device="cuda", dtype=tdt)
@@ -223,7 +227,8 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     return {"shape": shape_text, "dtype": dtype, "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
             "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
             "reference": "torch float32" if big else "torch float64",
-            "candidates": candidates, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
+            "candidates": candidates, "tuning_s": tuning, "template": template,
+            "params": getattr(fn.scheduled, "params", None)}
 
 
 
@@ -236,6 +241,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for the JSON result")
     parser.add_argument("--shapes", default=None, help="comma-separated subset, e.g. 1024,2048,8x512x512x512")
     parser.add_argument("--all", action="store_true", help="every shape (4096^3 included)")
+    parser.add_argument("--short-m", action="store_true", help="issue 18's short-M shapes: " + ",".join(SHORT_M))
     parser.add_argument("--dtypes", default="float32,float16,bfloat16",
                         help="comma-separated dtypes on cuda (cpu runs float32)")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs (median): 7 on cpu, 30 on cuda")
@@ -249,8 +255,8 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k not in _BLAS_ENV}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)  # numpy must load without them
 
-    shapes = args.shapes.split(",") if args.shapes else ALL_SHAPES if args.all or args.target == "cuda" \
-        else CPU_DEFAULT
+    shapes = args.shapes.split(",") if args.shapes else SHORT_M if args.short_m \
+        else ALL_SHAPES if args.all or args.target == "cuda" else CPU_DEFAULT
     rows, info = [], {}
     cache_dir = tempfile.mkdtemp(prefix="hf-bench-tuning-")
     if args.keep_cache:
@@ -301,14 +307,15 @@ def _print_row(r: dict) -> None:
 
 def _print_table(rows: list, args) -> None:
     head = f"{'shape':>16} {'dtype':>8} {'ours ms':>9} {'peer ms':>9} {'ratio':>6} {'GFLOP/s':>8} " \
-           f"{'rel err':>8} {'cands':>5} {'tune s':>7}"
+           f"{'rel err':>8} {'cands':>5} {'tune s':>7}  winner"
     print(f"matmul on {args.target}, space {args.space} (ratio = peer time / our time; > 1: we are faster)")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['shape']:>16} {r['dtype']:>8} {r['ours_s'] * 1e3:9.2f} {r['peer_s'] * 1e3:9.2f} "
               f"{r['ratio']:6.2f} {r['gflops']:8.1f} {r['max_rel_error']:8.1e} "
-              f"{r['candidates'] if r['candidates'] is not None else '-':>5} {r['tuning_s']:7.1f}")
+              f"{r['candidates'] if r['candidates'] is not None else '-':>5} {r['tuning_s']:7.1f}  "
+              f"{r.get('template') or ''}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""CUDA fp16 / bf16 matmul for short M on Hopper's warpgroup tensor cores (wgmma,
+sm_90a), with the roles of M and N swapped, and split-K.
+
+wgmma multiplies m64 x nN tiles with N a multiple of 8 up to 256. For C = A @ B with
+M of 16 to 256 rows, the kernel computes C^T = B^T @ A^T: the 64-row side of the
+instruction runs along N (columns of C, thousands of them) and its N side along M
+(rounded up to `mp`, a multiple of 16 per warpgroup), so no tensor-core work is
+wasted on rows that do not exist, as it is with a 64- or 128-row block tile.
+
+- wgmma's A operand is a [64 n, 16 k] slice of B, read "MN-major" (n contiguous, the
+  transposed-A flag): B's tile [64 k, 64 n] is one 128-byte-swizzled block per
+  warpgroup, exactly as `cuda_wgmma` stores its B (stride offset 1024 for the next 8
+  rows of K, start advanced 2048 bytes per k16 step);
+- wgmma's B operand is A^T, i.e. A's tile [mp, 64 k] K-major, 128-byte swizzled, as
+  `cuda_wgmma` stores its A (stride offset 1024, start advanced 32 bytes per k16);
+- a block is `warpgroups` warpgroups side by side along N (64 columns each) and one
+  slice of K (`split` slices, partial sums to an fp32 workspace [split, batch, M, N]
+  and a second launch adds them); cp.async fills a `stages`-deep pipeline of 64-deep
+  k-tiles (rows of A and B 16-byte aligned: K % 8 == 0 and N % 8 == 0).
+
+The accumulators of a warpgroup hold C^T[64, mp]: register 4j + e of thread (warp w,
+lane l) is column n0 + 16w + l // 4 + 8 (e // 2) and row 8j + 2 (l % 4) + e % 2 of C;
+stores are guarded tensor-element stores (a graftable epilogue). The space comes from
+the target: warpgroups per block, pipeline depth within shared memory per block,
+split factors.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import data_type
+from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
+from hidet_framework.lang.annotations import DTypeAnnotation
+from hidet_framework.mapping.layout import row_major, swizzle
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.template import Template
+
+from hidet_plugin_matmul.cuda_ir_builders import cp_async_tile, guard, seq_of
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
+from hidet_plugin_matmul.operators import MatmulOperands
+
+BK = 64  # one 128-byte swizzle row of 16-bit elements
+MIN_M, MAX_M = 9, 256  # M of 8 or fewer: cuda_gemv; wgmma's N side ends at 256
+DEFAULT = {"warpgroups": 1, "stages": 4, "split": 4}
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def skinny_config(params: Mapping[str, Any], m: int = MAX_M) -> dict:
+    wg = params["warpgroups"]
+    mp = ceil_div(m, 16 * wg) * 16 * wg  # A tile rows: whole 16-byte chunks for every thread
+    bn = 64 * wg
+    return {"threads": 128 * wg, "bn": bn, "mp": mp, "acc": mp // 2,
+            "smem": params["stages"] * (mp + bn) * BK * 2}
+
+
+def skinny_legal(params: Mapping[str, Any], target: Any) -> bool:
+    # the widest A tile (M = 256) must fit in shared memory; accumulators <= 128 a thread
+    cfg = skinny_config(params)
+    return cfg["smem"] <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
+
+
+def skinny_space(target: Any, level: int) -> list[dict]:
+    if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
+        return []
+    out = [DEFAULT]
+
+    def add(p: dict) -> None:
+        if p not in out and skinny_legal(p, target):
+            out.append(p)
+
+    if level == 0:
+        return out
+    stages = (3, 4) if level == 1 else (2, 3, 4, 5, 6)
+    for wg in (1, 2):
+        for st in stages:
+            for split in (SPLITS[::2] + (16,)) if level == 1 else SPLITS:
+                add({"warpgroups": wg, "stages": st, "split": split})
+    return out
+
+
+def build_skinny_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
+    from hidet_plugin_cuda import hopper as hw
+    from hidet_plugin_cuda import lang as cu
+
+    wg, stages = params["warpgroups"], params["stages"]
+    m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
+    cfg = skinny_config(params, m)
+    threads, bn, mp = cfg["threads"], cfg["bn"], cfg["mp"]
+    tiles_all = max(1, ceil_div(k, BK))
+    tiles = ceil_div(tiles_all, params["split"])  # k-tiles of one slice
+    splits = ceil_div(tiles_all, tiles)
+    grid_n = ceil_div(n, bn)
+    a_size, b_size = mp * BK, BK * bn
+    dt = DTypeAnnotation(data_type(dtype))
+    sa_layout = swizzle(row_major(mp, BK), vector=8, period=8)
+    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
+    a_copy, b_copy = tile_copy(sa_layout, mp, BK, threads, 8), tile_copy(sb_layout, BK, bn, threads, 8)
+    a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
+    b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
+    m_whole, n_whole = m == mp, n % bn == 0
+    k_whole = k % BK == 0 and tiles * splits == tiles_all
+    out_dt = f32 if splits > 1 else dt
+    out_shape = (splits, batch, m, n) if splits > 1 else ops.c_shape
+    ahead = stages - 1
+
+    def out_index(s, bz, row, col):
+        return (s, bz, row, col) if splits > 1 else ops.c_index(bz, row, col)
+
+    def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, n0, bz, ai, aj, bi, bj):
+        return seq_of([
+            cp_async_tile(sa, stage * a_size, sta_off, sta_plan, a_deltas, ai, kbase + aj, (m, k),
+                          (m_whole, k_whole), lambda r, c: a[ops.a_index(bz, r, c)]),
+            cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (k, n),
+                          (k_whole, n_whole), lambda r, c: b[ops.b_index(bz, r, c)])])
+
+    def multiply(acc, sa, sb, stage, group):
+        out = []
+        for kk in range(BK // 16):
+            # A operand: B^T, this warpgroup's 64 columns, MN-major; B operand: A^T, K-major
+            bt = hw.wgmma_operand(sb[stage * b_size + sb_layout.offset(kk * 16, 0) + group * 64 * BK],
+                                  BK * 64 * 2, 8 * 64 * 2)
+            at = hw.wgmma_operand(sa[stage * a_size + kk * 16], 16, 8 * BK * 2)
+            out.append(hw.wgmma_mma_async(acc, bt, at, mp, dtype, trans_a=True, trans_b=False))
+        return seq_of(out)
+
+    def acc_list(acc):
+        return [acc[j] for j in range(mp // 2)]
+
+    @script
+    def matmul_wgmma_skinny(a: dt[ops.a_shape], b: dt[ops.b_shape], out: out_dt[out_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (grid_n, splits, batch)
+        attrs.cuda.block_dim = threads
+        attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
+        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
+        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        acc = register_tensor(f32, [mp // 2])
+        sta_off = register_tensor(i32, [len(sta_plan.bases)])
+        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        tid = cu.threadIdx.x
+        bz = cu.blockIdx.z
+        s = cu.blockIdx.y
+        n0 = cu.blockIdx.x * bn
+        kt0 = s * tiles
+        group = tid // 128
+        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
+            sta_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
+            stb_off[t] = e
+        ai, aj = a_origin(tid)
+        bi, bj = b_origin(tid)
+        for j in static_range(mp // 2):
+            acc[j] = 0.0
+        hw.wgmma_pin_registers(acc_list(acc), mp // 2)
+        for st in static_range(ahead):
+            if st < tiles:
+                copy_tiles(a, b, sa, sb, sta_off, stb_off, st, (kt0 + st) * BK, n0, bz, ai, aj, bi, bj)
+            cu.cp_async_commit_group()
+        for kt in range(tiles):
+            cu.cp_async_wait_group(ahead - 1)
+            hw.fence_proxy_async()
+            cu.syncthreads()
+            hw.wgmma_pin_registers(acc_list(acc), mp // 2)
+            hw.wgmma_fence()
+            multiply(acc, sa, sb, kt % stages, group)
+            hw.wgmma_commit_group()
+            if kt + ahead < tiles:
+                copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + ahead) % stages, (kt0 + kt + ahead) * BK,
+                           n0, bz, ai, aj, bi, bj)
+            cu.cp_async_commit_group()
+            hw.wgmma_wait_group(0)
+            hw.wgmma_pin_registers(acc_list(acc), mp // 2)
+        lane = tid % 32
+        warp = tid % 128 // 32
+        for j in static_range(mp // 8):
+            for e in static_range(4):
+                col = n0 + group * 64 + warp * 16 + lane // 4 + e // 2 * 8
+                row = j * 8 + lane % 4 * 2 + e % 2
+                if guard([(m_whole or (j + 1) * 8 <= m, row < m), (n_whole, col < n)]):
+                    out[out_index(s, bz, row, col)] = acc[j * 4 + e]
+
+    kernels = [matmul_wgmma_skinny]
+    if splits > 1:
+        from hidet_plugin_matmul.cuda_tensor_core_kernel import build_split_reduce
+
+        kernels.append(build_split_reduce(ops, dt, splits, name + "_reduce"))
+    return script_module(*kernels, name=name), splits
+
+
+class CudaHopperSkinnyMatmul(Template):
+    """Short-M fp16/bf16 matmul with wgmma, M and N swapped; see the module docstring."""
+
+    name = "matmul.cuda_hopper_skinny"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 0  # never the level-0 default
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        ops = MatmulOperands(attributes)
+        return (task_dtype(task) in ("float16", "bfloat16") and MIN_M <= ops.m <= MAX_M
+                and ops.k % 8 == 0 and ops.n % 8 == 0)
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return skinny_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        ops = MatmulOperands(attributes)
+        dtype = task_dtype(task)
+        p = dict(DEFAULT, **params)
+        if not self.applies(task, attributes):
+            raise ValueError(f"{self.name}: needs fp16/bf16, {MIN_M} <= M <= {MAX_M}, K and N multiples of 8; "
+                             f"got {dtype} M={ops.m} K={ops.k} N={ops.n}")
+        name = f"matmul_wgmma_skinny_{dtype}_{ops.key()}_wg{p['warpgroups']}_s{p['stages']}_sk{p['split']}"
+        module, splits = build_skinny_module(ops, dtype, p, name)
+        a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if splits == 1:
+            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
+        ws = BufferRef("workspace", 0)
+        workspace = (WorkspaceSpec("matmul_split_k_partials", "float32", (splits, ops.batch, ops.m, ops.n)),)
+        launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
+        return ScheduledTask(module, launches, workspace, source=self.name, params=p)
