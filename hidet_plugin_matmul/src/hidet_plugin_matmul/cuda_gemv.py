@@ -82,8 +82,8 @@ def gemv_legal(params: Mapping[str, Any], target: Any) -> bool:
         return False
     if cfg["smem"] > target_int(target, "smem_per_block", 48 * 1024):
         return False
-    # fp32 accumulators (rows x 8 for 16-bit types), the loaded vectors, ~40 for the rest
-    regs = cfg["rows"] * 8 + params["unroll"] * 4 + params["rows"] + 40
+    # fp32 accumulators (rows x 8 for 16-bit types), the loaded vectors, ~24 for the rest
+    regs = cfg["rows"] * 9 + params["unroll"] * 4 + 24
     return regs <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
 
 
@@ -98,23 +98,31 @@ def gemv_space(target: Any, level: int) -> list[dict]:
 
     warp = target_int(target, "warp_size", 32)
     lanes = [x for x in (1, 2, 4, 8) if warp % x == 0]
-    if level == 1:
+    if level == 1:  # 8 rows a block with 4 or 8 rows of B in flight a thread; 16 rows a block
         for split in SPLITS:
-            for lk, warps in ((4, 8), (2, 4), (8, 4)):
-                add({"lanes_k": lk, "warps": warps, "split": split, "unroll": 4, "rows": 8})
-        for split in (4, 8, 16):
+            for lk, warps, unroll in ((4, 8, 4), (4, 8, 8), (2, 4, 8)):
+                add({"lanes_k": lk, "warps": warps, "split": split, "unroll": unroll, "rows": 8})
+        for split in (2, 4, 8, 16):
             add({"lanes_k": 4, "warps": 4, "split": split, "unroll": 4, "rows": 16})
-            add({"lanes_k": 4, "warps": 8, "split": split, "unroll": 2, "rows": 8})
+        # one row (M = 1): up to 32 warps along K in one block, one launch (no split-K reduce)
+        for lk, warps, unroll in ((8, 16, 8), (4, 16, 8), (8, 32, 4), (4, 32, 4)):
+            for split in (1, 2):
+                add({"lanes_k": lk, "warps": warps, "split": split, "unroll": unroll, "rows": 1})
         return out[:30]
     for lk in lanes:  # 8 rows a block: every shape of the other axes
         for warps in (4, 8):
             for split in SPLITS:
-                for unroll in (2, 4):
+                for unroll in (4, 8):
                     add({"lanes_k": lk, "warps": warps, "split": split, "unroll": unroll, "rows": 8})
-    for lk in lanes[1:3]:  # 16 rows a block (M of 9 to 32): deep unroll only
+    for lk in lanes[1:3]:  # 16 rows a block (M of 9 to 32)
         for warps in (4, 8):
             for split in SPLITS:
                 add({"lanes_k": lk, "warps": warps, "split": split, "unroll": 4, "rows": 16})
+    for lk in lanes[2:]:  # 1 row a block, many warps
+        for warps in (16, 32):
+            for split in (1, 2, 4):
+                for unroll in (4, 8):
+                    add({"lanes_k": lk, "warps": warps, "split": split, "unroll": unroll, "rows": 1})
     return out
 
 

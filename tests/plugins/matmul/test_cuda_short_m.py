@@ -164,8 +164,9 @@ GEMV_SHAPES = [((m, 97), (97, 131)) for m in range(1, 9)] + [
     ((5, 4096), (4096, 1024)), ((8, 1000), (1000, 520)),        # vector path; K tails per slice
     ((2, 3, 211), (2, 211, 96)), ((1, 7, 128), (3, 128, 40)),   # batched; A broadcast over the batch
 ]
-GEMV_PARAMS = [_gemv(), _gemv(split=1, lanes_k=1, warps=4), _gemv(split=32, unroll=2),
-               _gemv(lanes_k=8, warps=4, split=16), _gemv(rows=16, lanes_k=2, warps=4, split=4)]
+GEMV_PARAMS = [_gemv(), _gemv(split=1, lanes_k=1, warps=4), _gemv(split=32, unroll=8),
+               _gemv(lanes_k=8, warps=4, split=16), _gemv(rows=16, lanes_k=2, warps=4, split=4),
+               _gemv(rows=1, lanes_k=8, warps=32, split=2, unroll=4)]
 
 
 @pytest.mark.cuda
@@ -195,15 +196,38 @@ SKINNY_SHAPES = [((9, 64), (64, 8)), ((13, 1000), (1000, 136)), ((16, 4096), (40
                  ((1, 40, 96), (3, 96, 128))]
 
 
+SKINNY_PARAMS = [{}, {"warpgroups": 2, "k_groups": 1, "stages": 3, "split": 3},
+                 {"warpgroups": 1, "k_groups": 1, "stages": 2, "split": 1},
+                 {"warpgroups": 2, "k_groups": 2, "stages": 4, "split": 16},
+                 {"warpgroups": 1, "k_groups": 4, "stages": 2, "split": 2}]
+
+
+def test_skinny_pipeline_shrinks_to_fit_and_refuses_what_cannot():
+    from hidet_plugin_matmul.cuda_hopper_skinny import skinny_config
+
+    t = CudaHopperSkinnyMatmul()
+    task, attrs = matmul_task((256, 128), (128, 64), "float16")
+    params = dict(t.space(_target(), 0)[0], warpgroups=2, k_groups=2, stages=4)
+    assert skinny_config(params, 256)["stages"] == 2  # 4 asked, 2 fit at M = 256
+    t.build(task, attrs, params, _target())
+    with pytest.raises(ValueError, match="shared memory"):
+        t.build(task, attrs, dict(params, warpgroups=1, k_groups=4), _target())
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shapes", SKINNY_SHAPES, ids=str)
 def test_skinny_wgmma_matches_float64_reference(cuda_env, matmul_error, shapes, dtype):
+    from hidet_plugin_matmul.cuda_hopper_skinny import skinny_config
+
     if cuda_env[1].arch not in ("sm_90", "sm_90a"):
         pytest.skip("wgmma needs an sm_90 GPU")
     rng = np.random.default_rng()
     t = CudaHopperSkinnyMatmul()
-    for params in [t.space(cuda_env[1], 0)[0], {"warpgroups": 2, "stages": 3, "split": 3},
-                   {"warpgroups": 1, "stages": 2, "split": 1}, {"warpgroups": 2, "stages": 4, "split": 16}]:
+    m = shapes[0][-2]
+    for extra in SKINNY_PARAMS:
+        params = dict(t.space(cuda_env[1], 0)[0], **extra)
+        if skinny_config(params, m)["stages"] < 2:
+            continue  # refused at this M (test above)
         err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
         assert err < TOL[dtype], (params, err)

@@ -225,7 +225,8 @@ def encode_tensor_map_2d(address: int, dtype: str, rows: int, cols: int, row_pit
     drv = cuda_driver()
     tmap = check(drv.cuTensorMapEncodeTiled(
         getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{TMA_DTYPES[dtype]}"), 2, address,
-        [cols, rows], [row_pitch_bytes], [box_cols, box_rows], [1, 1],
+        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(row_pitch_bytes)],
+        [drv.cuuint32_t(box_cols), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{TMA_SWIZZLE[swizzle_bytes]}"),
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
