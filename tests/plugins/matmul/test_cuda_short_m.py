@@ -231,3 +231,26 @@ def test_skinny_wgmma_matches_float64_reference(cuda_env, matmul_error, shapes, 
             continue  # refused at this M (test above)
         err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
         assert err < TOL[dtype], (params, err)
+
+
+def test_tuner_inputs_for_bfloat16_are_real_values_uploaded_as_bfloat16():
+    """The driver's tuner times candidates on random inputs: bfloat16 ones must be real
+    values (not raw small integers: denormals, near zero) and reach a device whose arrays
+    carry a dtype as bfloat16 (a CUDA kernel refuses a uint16 array for a bf16 parameter)."""
+    from hidet_framework.driver.scheduling import _random_array, _upload
+
+    x = _random_array([1000], "bfloat16", np.random.default_rng(1))
+    values = (x.astype(np.uint32) << 16).view(np.float32)
+    assert x.dtype == np.uint16 and 0.5 < values.std() < 2.0 and np.isfinite(values).all()
+
+    class Typed:
+        def from_numpy(self, array, *, dtype=None, stream=None):
+            return ("typed", array.dtype, dtype)
+
+    class Plain:
+        def from_numpy(self, array):
+            return ("plain", array.dtype)
+
+    assert _upload(Typed(), x, "bfloat16") == ("typed", np.uint16, "bfloat16")
+    assert _upload(Plain(), x, "bfloat16") == ("plain", np.uint16)
+    assert _upload(Typed(), x.astype(np.float32), "float32") == ("typed", np.float32, None)
