@@ -1,5 +1,5 @@
-"""The short-M CUDA matmul templates: the GEMV-shaped kernel (`cuda_gemv`, fp32 / fp16 /
-bf16, M <= 32), SIMT split-K (`cuda_simt_splitk`, fp32) and swapped-role wgmma with
+"""The short-M CUDA matmul templates: the GEMV-shaped kernel (`cuda_gemv`, fp32 M <= 32,
+fp16 / bf16 M <= 8; its kernel is checked on larger M too), SIMT split-K (`cuda_simt_splitk`, fp32) and swapped-role wgmma with
 split-K (`cuda_hopper_skinny`, fp16 / bf16, M of 9 to 256, sm_90a).
 
 - host checks: spaces bounded, from the target only, default first; where the templates
@@ -58,9 +58,12 @@ def test_gemv_space_follows_shared_memory_and_threads():
 
 def test_where_the_short_m_templates_apply():
     g, s = CudaGemvMatmul(), CudaSimtSplitKMatmul()
-    for dtype in ("float32", "float16", "bfloat16"):
-        assert g.applies(*matmul_task((32, 64), (64, 8), dtype))
-        assert not g.applies(*matmul_task((33, 64), (64, 8), dtype))
+    assert g.applies(*matmul_task((32, 64), (64, 8), "float32"))
+    assert not g.applies(*matmul_task((33, 64), (64, 8), "float32"))
+    for dtype in ("float16", "bfloat16"):  # 9 rows and more: the tensor cores (cuda_hopper_skinny)
+        assert g.applies(*matmul_task((8, 64), (64, 8), dtype))
+        assert not g.applies(*matmul_task((9, 64), (64, 8), dtype))
+    assert not g.applies(*matmul_task((1, 64), (64, 8), "int32"))
     assert s.applies(*matmul_task((128, 4096), (4096, 64), "float32"))
     assert not s.applies(*matmul_task((128, 4096), (4096, 64), "float16"))
     assert not s.applies(*matmul_task((128, 511), (511, 64), "float32"))
