@@ -20,7 +20,8 @@ wasted on rows that do not exist, as it is with a 64- or 128-row block tile.
   sums to an fp32 workspace [split, batch, M, N] and a second launch adds them;
 - cp.async fills a `stages`-deep pipeline of 64-deep k-tiles per k-group (rows of A
   and B 16-byte aligned: K % 8 == 0 and N % 8 == 0); a candidate whose pipeline does not
-  fit the shared memory at this M runs with fewer stages (at least 2).
+  fit the shared memory at this M runs with fewer stages, and below 2 stages with fewer
+  k-groups, so every candidate builds for every shape the template applies to.
 
 The accumulators of a warpgroup hold C^T[64, mp]: register 4j + e of thread (warp w,
 lane l) is column n0 + 16w + l // 4 + 8 (e // 2) and row 8j + 2 (l % 4) + e % 2 of C;
@@ -52,21 +53,30 @@ SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def skinny_config(params: Mapping[str, Any], m: int = DESIGN_M, smem_limit: int = 227 * 1024) -> dict:
+    """Derived sizes at M = `m`. Where two stages of every k-group do not fit in shared
+    memory (large M), the k-groups halve until they do (one group always fits): every
+    candidate builds for every shape the template applies to."""
     wg, kg = params["warpgroups"], params.get("k_groups", 1)
     mp = ceil_div(m, 16 * wg) * 16 * wg  # A tile rows: whole 16-byte chunks for every thread
     bn = 64 * wg
-    stage = kg * (mp + bn) * BK * 2  # bytes of one pipeline stage, every k-group
-    stages = max(0, min(params["stages"], smem_limit // stage))
+
+    def stage(groups: int) -> int:  # bytes of one pipeline stage, every k-group
+        return groups * (mp + bn) * BK * 2
+
+    while kg > 1 and smem_limit // stage(kg) < 2:
+        kg //= 2
+    stages = max(0, min(params["stages"], smem_limit // stage(kg)))
     red = (kg - 1) * mp // 2 * 128 * wg * 4  # k-groups 1.. hand their accumulators to group 0
-    return {"threads": 128 * wg * kg, "bn": bn, "mp": mp, "acc": mp // 2, "stages": stages,
-            "smem": max(stages * stage, red)}
+    return {"threads": 128 * wg * kg, "bn": bn, "mp": mp, "acc": mp // 2, "stages": stages, "k_groups": kg,
+            "smem": max(stages * stage(kg), red)}
 
 
 def skinny_legal(params: Mapping[str, Any], target: Any) -> bool:
     limit = target_int(target, "smem_per_block_optin", 227 * 1024)
     cfg = skinny_config(params, DESIGN_M, limit)
     regs = min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
-    return (cfg["stages"] == params["stages"] and cfg["smem"] <= limit and cfg["acc"] <= 128
+    return (cfg["stages"] == params["stages"] and cfg["k_groups"] == params.get("k_groups", 1)
+            and cfg["smem"] <= limit and cfg["acc"] <= 128
             and cfg["acc"] + 40 <= regs and cfg["threads"] <= target_int(target, "max_threads_per_block", 1024))
 
 
@@ -102,13 +112,13 @@ def build_skinny_module(ops: MatmulOperands, dtype: str, params: Mapping[str, An
     from hidet_plugin_cuda import hopper as hw
     from hidet_plugin_cuda import lang as cu
 
-    wg, kg = params["warpgroups"], params.get("k_groups", 1)
     m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
     cfg = skinny_config(params, m, smem_limit)
+    wg, kg = params["warpgroups"], cfg["k_groups"]
     threads, bn, mp, stages = cfg["threads"], cfg["bn"], cfg["mp"], cfg["stages"]
-    if stages < 2:
-        raise ValueError(f"{name}: two pipeline stages of {mp} + {bn} rows x {kg} k-groups exceed "
-                         f"{smem_limit} bytes of shared memory")
+    if stages < 2 or cfg["smem"] > smem_limit:
+        raise ValueError(f"{name}: two pipeline stages of {mp} + {bn} rows exceed {smem_limit} bytes of "
+                         f"shared memory")
     per_group = 128 * wg  # threads of one k-group
     tiles_all = max(1, ceil_div(k, BK))
     tiles = ceil_div(ceil_div(tiles_all, params["split"]), kg) * kg  # k-tiles of a slice, kg | tiles

@@ -205,33 +205,30 @@ SKINNY_PARAMS = [{}, {"warpgroups": 2, "k_groups": 1, "stages": 3, "split": 3},
                  {"warpgroups": 1, "k_groups": 4, "stages": 2, "split": 2}]
 
 
-def test_skinny_pipeline_shrinks_to_fit_and_refuses_what_cannot():
+def test_skinny_pipeline_shrinks_to_fit_every_applicable_shape():
     from hidet_plugin_matmul.cuda_hopper_skinny import skinny_config
 
     t = CudaHopperSkinnyMatmul()
-    task, attrs = matmul_task((256, 128), (128, 64), "float16")
     params = dict(t.space(_target(), 0)[0], warpgroups=2, k_groups=2, stages=4)
     assert skinny_config(params, 256)["stages"] == 2  # 4 asked, 2 fit at M = 256
-    t.build(task, attrs, params, _target())
-    with pytest.raises(ValueError, match="shared memory"):
-        t.build(task, attrs, dict(params, warpgroups=1, k_groups=4), _target())
+    cfg = skinny_config(dict(params, warpgroups=1, k_groups=4), 256)
+    assert (cfg["k_groups"], cfg["stages"]) == (2, 2) and cfg["smem"] <= 227 * 1024
+    task, attrs = matmul_task((256, 128), (128, 64), "float16")
+    for p in t.space(_target(), 2):  # M = 256: the most shared memory an applicable shape asks
+        assert skinny_config(p, 256)["smem"] <= 227 * 1024
+        assert t.build(task, attrs, p, _target()).launches
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shapes", SKINNY_SHAPES, ids=str)
 def test_skinny_wgmma_matches_float64_reference(cuda_env, matmul_error, shapes, dtype):
-    from hidet_plugin_matmul.cuda_hopper_skinny import skinny_config
-
     if cuda_env[1].arch not in ("sm_90", "sm_90a"):
         pytest.skip("wgmma needs an sm_90 GPU")
     rng = np.random.default_rng()
     t = CudaHopperSkinnyMatmul()
-    m = shapes[0][-2]
     for extra in SKINNY_PARAMS:
         params = dict(t.space(cuda_env[1], 0)[0], **extra)
-        if skinny_config(params, m)["stages"] < 2:
-            continue  # refused at this M (test above)
         err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
         assert err < TOL[dtype], (params, err)
 
