@@ -18,7 +18,10 @@ Block (one M tile of ``min(M, rows)`` rows, BN columns, one slice of K):
   lanes_k lanes of a warp) and then through shared memory over the warps;
 - `split` blocks along K: with more than one slice, each block writes its fp32 partial
   sums to a workspace [split, batch, M, N] and a second launch adds them (split-K);
-  that is how a 4096-column product fills 132 SMs.
+  that is how a 4096-column product fills 132 SMs. The other way, in one launch:
+  one-row blocks (``rows`` 1, for M = 1) of up to 32 warps along K. Measured on the
+  H200 (docs/perf_notes.md, session 4): 1x4096x11008 fp16 24.9 us with split 16,
+  28.2 us in one launch of 32-warp blocks (cuBLAS 27.5 us), by kernel time.
 
 Grid: (M tiles, column blocks, batch * splits), M tiles fastest, so the blocks that
 read the same columns of B run together and share them through L2.
