@@ -1,4 +1,5 @@
-"""Hopper's mbarriers and bulk tensor copies (TMA) in `hidet_plugin_cuda.hopper`.
+"""Hopper's mbarriers, bulk tensor copies (TMA) and warp-specialisation primitives
+(named barriers, setmaxnreg) in `hidet_plugin_cuda.hopper`.
 
 - host: the tensor-map encoder refuses what TMA cannot do before calling the driver;
 - compile-only (marker nvcc): a script kernel that TMA-loads a tile compiles to sm_90;
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hidet_framework.lang import attrs, script, script_module, shared_tensor, u8, u64
+from hidet_framework.lang import attrs, i32, script, script_module, shared_tensor, u8, u64
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.mapping.layout import row_major, swizzle
@@ -128,3 +129,62 @@ def test_tma_box_lands_in_shared_memory(cuda_backend, rng, dtype, rows, cols, br
     want = np.zeros((gy * br, gx * bc), dtype)
     want[:rows, :cols] = x
     assert np.array_equal(got, want)
+
+
+def specialised_kernel():
+    """Two warpgroups with different register budgets, each synchronising on its own
+    named barrier: warpgroup 0 writes tid, warpgroup 1 writes 2 * tid."""
+    @script
+    def warp_specialised(out: i32[256]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = "warp_specialised"
+        attrs.cuda.grid_dim = 1
+        attrs.cuda.block_dim = 256
+        attrs.cuda.min_blocks = 1  # a register cap at entry: setmaxnreg needs it
+        tid = threadIdx.x
+        if tid < 128:
+            hw.setmaxnreg(40, False)
+            out[tid] = tid
+            hw.named_barrier_sync(1, 128)
+        else:
+            hw.setmaxnreg(232, True)
+            hw.named_barrier_sync(2, 128)
+            out[tid] = tid * 2
+
+    return warp_specialised
+
+
+def test_warp_specialisation_primitives_refuse_bad_arguments():
+    for bad in (0, 100, 20, 264):
+        with pytest.raises(ValueError):
+            hw.setmaxnreg(bad, True)
+    with pytest.raises(ValueError):
+        hw.named_barrier_sync(0, 128)
+    with pytest.raises(ValueError):
+        hw.named_barrier_sync(1, 100)
+
+
+@pytest.mark.nvcc
+def test_warp_specialised_kernel_compiles_to_sm90a(tmp_cache):
+    source = generate(lower(script_module(specialised_kernel())))
+    for text in ("setmaxnreg.dec.sync.aligned.u32 40;", "setmaxnreg.inc.sync.aligned.u32 232;", "bar.sync %0, %1;",
+                 "__launch_bounds__(256, 1)"):
+        assert text in source, text
+    result = build_cubin(source, arch="sm_90", name="warp_specialised")  # picks sm_90a from the source
+    with open(result.path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+
+
+@pytest.mark.cuda
+def test_warp_specialised_kernel_runs(cuda_backend):
+    target = cuda_backend.detect_target()
+    if target.arch not in ("sm_90", "sm_90a"):
+        pytest.skip("setmaxnreg needs an sm_90 GPU")
+    lowered = lower(script_module(specialised_kernel(), name="ws"))
+    mod = cuda_backend.load(cuda_backend.build(generate(lowered, target), target, name="ws"), lowered)
+    out = cuda_backend.device.empty((256,), "int32")
+    out.fill_bytes(0xFF)
+    mod["warp_specialised"](out)
+    want = np.arange(256, dtype=np.int32)
+    want[128:] *= 2
+    assert np.array_equal(cuda_backend.device.to_numpy(out), want)

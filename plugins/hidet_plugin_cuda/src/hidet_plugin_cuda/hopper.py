@@ -233,3 +233,26 @@ def encode_tensor_map_2d(address: int, dtype: str, rows: int, cols: int, row_pit
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
     words = list(tmap.opaque)
     return b"".join(int(w).to_bytes(8, "little") for w in words)
+
+
+# ------------------------------------------------------- warp specialisation (sm_90a)
+def named_barrier_sync(barrier: Any, threads: int) -> AsmStmt:
+    """``bar.sync id, threads``: wait until `threads` threads (a multiple of 32) of the
+    block reach barrier `barrier` (1..15; 0 is __syncthreads'). Lets the consumer
+    warpgroups of a warp-specialised kernel synchronise without the producer warp."""
+    if not isinstance(threads, int) or threads <= 0 or threads % 32:
+        raise ValueError(f"named_barrier_sync: threads must be a positive multiple of 32, got {threads!r}")
+    if isinstance(barrier, int) and not 1 <= barrier <= 15:
+        raise ValueError(f"named_barrier_sync: barrier ids 1..15 (0 is the block's), got {barrier}")
+    return AsmStmt("bar.sync %0, %1;", (), (("r", _i32(barrier)), ("r", _i32(threads))), True, ("memory",))
+
+
+def setmaxnreg(registers: int, increase: bool) -> AsmStmt:
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32``: move this warpgroup's register budget
+    (a multiple of 8 in 24..256) up (consumers) or down (the producer). Takes effect only
+    with a register cap at entry (``__launch_bounds__(threads, 1)``) and each role one
+    branch of a single if/else (HOPPER.md); needs sm_90a."""
+    if not isinstance(registers, int) or registers % 8 or not 24 <= registers <= 256:
+        raise ValueError(f"setmaxnreg: a multiple of 8 in 24..256, got {registers!r}")
+    return AsmStmt(f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 {registers};", (), (), True,
+                   ("memory",))
