@@ -125,7 +125,7 @@ def _compile_jobs():
     task, attrs = matmul_task((4, 4096), (4096, 1024), "float16")  # vector path, whole slices
     jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 2)]
     task, attrs = matmul_task((2, 13, 997), (1, 997, 131), "float32")  # element path, every guard live
-    jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 2)]
+    jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 1)]
     task, attrs = matmul_task((31, 1000), (1000, 136), "bfloat16")  # two M tiles, K tails
     jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 1)]
     task, attrs = matmul_task((2, 37, 1031), (1, 1031, 43), "float32")
