@@ -9,6 +9,9 @@ from hidet_plugin_matmul.operators import batch_matmul, matmul
 def register_operators(register):
     register("matmul", matmul)
     register("batch_matmul", batch_matmul)
+    from hidet_plugin_matmul.cuda_conv_op import OPERATOR, conv2d_igemm
+
+    register(OPERATOR, conv2d_igemm)
 
 
 @hookimpl
@@ -27,6 +30,9 @@ def register_templates(register):
     register("matmul.cuda_simt", CudaSimtMatmul())
     register("matmul.cuda_tensor_core", CudaTensorCoreMatmul())
     register("matmul.cuda_wgmma", CudaWgmmaMatmul())
+    from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm
+
+    register(CudaConvImplicitGemm.name, CudaConvImplicitGemm())
 
 
 @hookimpl
@@ -35,3 +41,7 @@ def register_passes(register):
     from hidet_plugin_matmul.cpu_prepack import PREPACK_RULE
 
     register(PREPACK_RULE.name, PREPACK_RULE)
+    # fp16/bf16 conv2d on cuda: one implicit-GEMM kernel (before the ops plugin's im2col rule)
+    from hidet_plugin_matmul.cuda_conv import CONV_IGEMM_RULE
+
+    register(CONV_IGEMM_RULE.name, CONV_IGEMM_RULE)
