@@ -14,9 +14,11 @@ following relu) onto the kernel's output stores. Depthwise convolutions (one inp
 channel per group) are left alone: a GEMM of depth KH*KW wastes the tensor cores;
 the rule-based scheduler computes them directly, one thread per output element.
 
-Template space (`conv_space`): the tensor-core matmul's tiles and pipelines that suit
-convolutions, plus split-K for the few-pixel layers (7x7 and 14x14 maps at batch 1,
-where M / BM times N / BN blocks would leave most of the GPU idle).
+Template space (`conv_space`): first ``{"auto": 1}``, whose tile and split-K the build
+derives from the shape and the multiprocessor count (`auto_params`: so level 0, one
+candidate, is fit for every ResNet layer); then the tensor-core matmul's tiles and
+pipelines that suit convolutions, plus split-K for the few-pixel layers (7x7 and 14x14
+maps at batch 1, where M / BM times N / BN blocks would leave most of the GPU idle).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module, conv_staging
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
-from hidet_plugin_matmul.cuda_matmul_common import task_dtype
+from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_legal
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
@@ -48,10 +50,33 @@ def _params(bm: int, bn: int, wm: int, wn: int, bk: int, stages: int, split: int
             "split_k": split}
 
 
+AUTO = {"auto": 1}  # the default candidate: tile and split-K chosen from the shape (`auto_params`)
+
+
+def auto_params(geo: ConvGeometry, target: Any) -> dict:
+    """The default candidate's parameters for one shape: 64-wide output-channel tiles
+    when there are at most 64 channels per group, 128-row tiles when they still give
+    a block per multiprocessor, else 64 rows; split-K (up to 16, at least 4 k-tiles a
+    slice) while the grid holds at most one block per multiprocessor (ends between
+    one and two blocks per multiprocessor)."""
+    sms = target_int(target, "sm_count", 132)
+    bn = 128 if geo.cog > 64 else 64
+    blocks = -(-geo.m // 128) * -(-geo.cog // bn) * geo.groups
+    bm = 128 if blocks >= sms else 64
+    blocks = -(-geo.m // bm) * -(-geo.cog // bn) * geo.groups
+    k_tiles = -(-geo.k // 32)
+    split = 1
+    while blocks * split <= sms and split < 16 and k_tiles // (split * 2) >= 4:
+        split *= 2
+    warps = (2, 4) if (bm, bn) == (128, 128) else (2, 2)
+    return _params(bm, bn, *warps, 32, 4, split)
+
+
 def conv_space(target: Any, level: int) -> list[dict]:
-    out = [dict(DEFAULT)]
+    out = [dict(AUTO)]
     if level == 0:
         return out
+    out.append(dict(DEFAULT))
 
     def add(p: dict) -> None:
         if p not in out and tc_legal(p, target):
@@ -89,7 +114,7 @@ class CudaConvImplicitGemm(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         geo = ConvGeometry.from_attributes(attributes)
         dtype = task_dtype(task)
-        p = dict(DEFAULT, **params)
+        p = auto_params(geo, target) if params.get("auto") else dict(DEFAULT, **params)
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
         name = (f"conv_tc_{dtype}_{geo.x_layout}_{geo.y_layout}_n{geo.batch}c{geo.channels}h{geo.height}"
                 f"w{geo.width}o{geo.out_channels}k{kh}x{kw}s{geo.stride[0]}x{geo.stride[1]}"

@@ -33,14 +33,14 @@ from attrs import evolve as attrs_evolve
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range, u32
 from hidet_framework.lang.annotations import DTypeAnnotation
-from hidet_framework.mapping.task_mapping import spatial
+from hidet_framework.mapping.task_mapping import repeat, spatial
 
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
 from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, cp_async_tile, grid3, guard, guarded_copy, select, seq_of, store,
 )
-from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks, worker_origin
+from hidet_plugin_matmul.cuda_smem_offsets import OffsetPlan, TileCopy, base_offset_exprs, plan_offsets, tile_copy
 from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
 
 FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
@@ -86,6 +86,19 @@ def build_nhwc_copy(geo: ConvGeometry, dt: Any, name: str):
                 ws[bn, (p0 + ty + i * 8) // w, (p0 + ty + i * 8) % w, c0 + tx] = tile[tx, ty + i * 8]
 
     return nhwc_copy
+
+
+def pixel_major_copy(layout: Any, rows: int, cols: int, threads: int) -> TileCopy:
+    """The register path's A copy: consecutive threads take consecutive rows (output
+    pixels: neighbouring image columns in NCHW, so a warp's reads coalesce), each
+    thread a run of columns; a thread then holds the window origin of one or two
+    pixels only (``auto_map`` would give it many rows, and their origins would fill
+    the register file)."""
+    across = min(rows, threads)
+    mapping = spatial(across, threads // across, ranks=[1, 0]) * repeat(rows // across, cols * across // threads)
+    deltas = tuple(static_tasks(mapping))
+    partial = TileCopy(mapping, 1, deltas, OffsetPlan((), ()))
+    return attrs_evolve(partial, plan=plan_offsets(layout, partial.origin, deltas, threads))
 
 
 def _bound_checks(geo: ConvGeometry, row_pad: bool) -> tuple:
@@ -136,7 +149,8 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
     lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
     ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
     vec = 8 if async_copy else 1
-    a_copy, b_copy = tile_copy(sa_layout, bm, bk, threads, vec), tile_copy(sb_layout, bk, bn, threads, vec)
+    a_copy = tile_copy(sa_layout, bm, bk, threads, vec) if async_copy else pixel_major_copy(sa_layout, bm, bk, threads)
+    b_copy = tile_copy(sb_layout, bk, bn, threads, vec)
     a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
     b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
     a_rows = sorted({di for di, _ in a_deltas})
