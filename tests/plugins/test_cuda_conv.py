@@ -16,7 +16,7 @@ import pytest
 
 import hidet_framework as hf
 from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm, auto_params, conv_space
-from hidet_plugin_matmul.cuda_conv_kernel import conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import conv_staging
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm, pack_conv_weight
 
 # (batch, C, H, W, O, kernel, stride, pads, dilation, groups)
@@ -156,6 +156,80 @@ def test_launches_follow_the_staging():
     assert len(t.build(*task_of(nhwc, "float16"), space[0], target).launches) == 1
     st = t.build(*task_of(odd, "bfloat16"), split, target)
     assert [w.name for w in st.workspace] == ["conv_split_k_partials"] and len(st.launches) == 2
+
+
+# ------------------------------------------------- the gather, emulated on ints
+class _Probe:
+    """Stands for x while the gather runs on host ints: returns the index read."""
+
+    def __getitem__(self, index):
+        return tuple(int(i) for i in index)
+
+
+def im2col(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
+    """[G, M, K] windows of NCHW x, column k = (kh, kw, c), zero in the padding."""
+    top, left, bottom, right = geo.pads
+    padded = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)])
+    (oh, ow), (sh, sw), (dh, dw) = geo.out_hw, geo.stride, geo.dilation
+    out = np.zeros((geo.groups, geo.m, geo.k))
+    for r in range(geo.kernel[0]):
+        for q in range(geo.kernel[1]):
+            win = padded[:, :, r * dh: r * dh + sh * (oh - 1) + 1: sh, q * dw: q * dw + sw * (ow - 1) + 1: sw]
+            for g in range(geo.groups):
+                cols = win[:, g * geo.cg:(g + 1) * geo.cg].transpose(0, 2, 3, 1).reshape(geo.m, geo.cg)
+                k0 = (r * geo.kernel[1] + q) * geo.cg
+                out[g, :, k0:k0 + geo.cg] = cols
+    return out
+
+
+def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.ndarray:
+    """The A tile the kernel's copies put in shared memory, thread by thread."""
+    vec = 8 if gather.async_copy else 1
+    tile = np.full((gather.bm, gather.bk), np.nan)
+    threads = gather.copy.mapping.num_workers
+    for t in range(threads):
+        ai, aj = (int(v) for v in gather.copy.origin(t))
+        rn, rh, rw = zip(*[gather.window_origin(m0 + ai + di) for di in gather.rows])
+        for (di, dj), (index, ok) in zip(gather.copy.deltas, gather.taps(_Probe(), rn, rh, rw, gz, kbase, aj)):
+            assert ok in (True, False)
+            if ok and vec > 1:
+                assert index[-1] % 8 == 0, "a 16-byte chunk starts at a multiple of 8 channels"
+            if not ok:
+                assert all(i == 0 for i in index), "a refused copy still forms an address past x"
+            for v in range(vec):
+                assert np.isnan(tile[ai + di, aj + dj + v]), "copied twice"
+                tile[ai + di, aj + dj + v] = xs[index[:-1] + (index[-1] + v,)] if ok else 0.0
+    assert not np.isnan(tile).any(), "an element of the tile is never copied"
+    return tile
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_gather_reproduces_im2col_tile_by_tile(case, layout, rng):
+    from hidet_plugin_matmul.cuda_conv_gather import ConvGather
+
+    geo = geometry(case, layout)
+    x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width))
+    cols = im2col(x, geo)
+    space = conv_space(_target(), 1)
+    picks = [auto_params(geo, _target()), space[1], dict(space[1], reg_stage=1),
+             next(p for p in space if p.get("split_k", 1) > 1)]
+    for params in picks:
+        gather = ConvGather(geo, params)
+        xs = to_layout(x, gather.geo.x_layout)  # the NHWC copy under staging "nhwc"
+        bm, bk = gather.bm, gather.bk
+        for gz in range(geo.groups):
+            for m0 in range(0, geo.m, bm):
+                for kbase in range(0, gather.tiles * gather.split * bk, bk):
+                    want = np.zeros((bm, bk))
+                    part = cols[gz, m0:m0 + bm, kbase:kbase + bk]
+                    want[:part.shape[0], :part.shape[1]] = part
+                    np.testing.assert_array_equal(emulated_tile(gather, xs, gz, m0, kbase), want)
+        # every GEMM element (row < M, col < Cog, group) lands on its own element of y
+        if gather.split == 1:
+            seen = {gather.out_index(0, gz, row, col) for gz in range(geo.groups) for row in range(geo.m)
+                    for col in range(geo.cog)}
+            assert seen == set(np.ndindex(*geo.y_shape))
 
 
 # ------------------------------------------------------------- compile-only

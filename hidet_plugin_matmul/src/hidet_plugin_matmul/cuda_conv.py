@@ -31,7 +31,8 @@ from hidet_framework.ir import dtypes
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
-from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module, conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import conv_staging
+from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_legal

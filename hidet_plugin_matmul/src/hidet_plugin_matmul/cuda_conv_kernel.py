@@ -8,18 +8,15 @@ shared-memory stages, ldmatrix fragments double buffered, mma.sync m16n8k16 over
 ``spatial(warps_m, warps_n)`` warps, split-K into an fp32 workspace plus a reduce
 launch.
 
-The gather (no im2col tensor in memory): before the k-loop each thread decomposes
-the few output pixels its copies touch (rows of its A-tile deltas) into the image
-row/column of their window origin (``oh*sh - top``, ``ow*sw - left``) and batch
-index, in registers; a pixel past M gets origin row -2^24, which every bound check
-refuses. Per k-tile it decomposes its column k once into (kh, kw, c) and every copy
-is then two adds and the bound checks the static shape leaves (none in the image
-interior of an unpadded conv):
+The gather (no im2col tensor in memory) is `cuda_conv_gather.ConvGather`: window
+origins of the thread's output pixels in registers before the k-loop, (kh, kw, c) per
+k-tile, then per copy two adds and the bound checks the shape leaves. Staging:
 
-- ``cp`` (x NHWC and C/G % 8 == 0): 16-byte cp.async chunks of 8 channels, zero
-  filled with src-size 0 outside the image, the multi-stage pipeline;
-- ``reg`` (x NCHW, or C/G % 8 != 0): guarded element reads into registers, stored
-  to shared memory at the end of the k-tile (two buffers), as the matmul's ``reg``.
+- ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
+  0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
+  launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
+- ``reg``: guarded element reads into registers (pixel-major threads), stored to
+  shared memory at the end of the k-tile (two buffers), as the matmul's ``reg``.
 
 Stores of y are guarded tensor-element stores at ``y[n, o, oh, ow]`` (or NHWC), so
 the fusion engine grafts bias / activation epilogues onto them.
@@ -28,85 +25,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from attrs import evolve as attrs_evolve
-
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range, u32
 from hidet_framework.lang.annotations import DTypeAnnotation
-from hidet_framework.mapping.task_mapping import repeat, spatial
+from hidet_framework.mapping.task_mapping import spatial
 
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
 from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, cp_async_tile, grid3, guard, guarded_copy, select, seq_of, store,
 )
-from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks, worker_origin
-from hidet_plugin_matmul.cuda_smem_offsets import OffsetPlan, TileCopy, base_offset_exprs, plan_offsets, tile_copy
+from hidet_plugin_matmul.cuda_conv_gather import ConvGather
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
 from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
-
-FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
-
-
-def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
-    """"cp" (x NHWC, C/G % 8 == 0), "nhwc" (x NCHW, C/G % 8 == 0: a first launch
-    copies x to NHWC in a workspace, then "cp" on it) or "reg" (any other shape, or
-    params["reg_stage"])."""
-    if params.get("reg_stage") or geo.cg % 8:
-        return "reg"
-    return "cp" if geo.x_layout == "nhwc" else "nhwc"
-
-
-def build_nhwc_copy(geo: ConvGeometry, dt: Any, name: str):
-    """ws[n, h, w, c] = x[n, c, h, w] through a 32x32 shared-memory tile (coalesced
-    reads along h*w, writes along c); x is read by guarded element reads, so the fusion
-    engine grafts a prologue here."""
-    from hidet_plugin_cuda import lang as cu
-    from hidet_framework.lang import shared_tensor
-
-    n, c, h, w = geo.batch, geo.channels, geo.height, geo.width
-    hw = h * w
-
-    @script
-    def nhwc_copy(x: dt[(n, c, h, w)], ws: dt[(n, h, w, c)]):
-        attrs.func_kind = "cuda_kernel"
-        attrs.func_name = name
-        attrs.cuda.grid_dim = (ceil_div(hw, 32), ceil_div(c, 32), n)
-        attrs.cuda.block_dim = 256
-        tile = shared_tensor(dt, [32, 33])
-        tx = cu.threadIdx.x % 32
-        ty = cu.threadIdx.x // 32
-        p0 = cu.blockIdx.x * 32
-        c0 = cu.blockIdx.y * 32
-        bn = cu.blockIdx.z
-        for i in static_range(4):
-            if c0 + ty + i * 8 < c and p0 + tx < hw:
-                tile[ty + i * 8, tx] = x[bn, c0 + ty + i * 8, (p0 + tx) // w, (p0 + tx) % w]
-        cu.syncthreads()
-        for i in static_range(4):
-            if p0 + ty + i * 8 < hw and c0 + tx < c:
-                ws[bn, (p0 + ty + i * 8) // w, (p0 + ty + i * 8) % w, c0 + tx] = tile[tx, ty + i * 8]
-
-    return nhwc_copy
-
-
-def pixel_major_copy(layout: Any, rows: int, cols: int, threads: int) -> TileCopy:
-    """The register path's A copy: consecutive threads take consecutive rows (output
-    pixels: neighbouring image columns in NCHW, so a warp's reads coalesce), each
-    thread a run of columns; a thread then holds the window origin of one or two
-    pixels only (``auto_map`` would give it many rows, and their origins would fill
-    the register file)."""
-    across = min(rows, threads)
-    mapping = spatial(across, threads // across, ranks=[1, 0]) * repeat(rows // across, cols * across // threads)
-    deltas = tuple(static_tasks(mapping))
-    partial = TileCopy(mapping, 1, deltas, OffsetPlan((), ()))
-    return attrs_evolve(partial, plan=plan_offsets(layout, partial.origin, deltas, threads))
-
-
-def _bound_checks(geo: ConvGeometry, row_pad: bool) -> tuple:
-    """Which of ih >= 0, ih < H, iw >= 0, iw < W the shape guarantees for every tap."""
-    (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
-    h_hi = (oh - 1) * geo.stride[0] - geo.pads[0] + (kh - 1) * geo.dilation[0] <= geo.height - 1
-    w_hi = (ow - 1) * geo.stride[1] - geo.pads[1] + (kw - 1) * geo.dilation[1] <= geo.width - 1
-    return geo.pads[0] == 0 and not row_pad, h_hi, geo.pads[1] == 0, w_hi
 
 
 def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], name: str):
@@ -119,15 +50,11 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
     (oh, ow), groups, cg, cog = geo.out_hw, geo.groups, geo.cg, geo.cog
     m, k = geo.m, geo.k
     _, kp, np_ = geo.w_shape
-    path = conv_staging(geo, params)
     x_geo = geo
-    if path == "nhwc":  # the main kernel reads the NHWC copy
-        geo = attrs_evolve(geo, x_layout="nhwc")
-        path = "cp"
-    async_copy = path == "cp"
+    gather = ConvGather(geo, params)
+    geo, async_copy = gather.geo, gather.async_copy
     stages = cfg["stages"] if async_copy else 2
-    tiles_all = max(1, ceil_div(k, bk))
-    tiles = ceil_div(tiles_all, split)
+    tiles, k_whole, m_whole = gather.tiles, gather.k_whole, gather.m_whole
     a_size, b_size = bm * bk, bk * bn
     dt = DTypeAnnotation(data_type(dtype))
     sa_layout, sb_layout = smem_swizzle(bm, bk), smem_swizzle(bk, bn)
@@ -148,37 +75,14 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
     ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
     lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
     ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
-    vec = 8 if async_copy else 1
-    a_copy = tile_copy(sa_layout, bm, bk, threads, vec) if async_copy else pixel_major_copy(sa_layout, bm, bk, threads)
-    b_copy = tile_copy(sb_layout, bk, bn, threads, vec)
+    a_copy, b_copy = gather.copy, tile_copy(sb_layout, bk, bn, threads, 8 if async_copy else 1)
     a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
     b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
-    a_rows = sorted({di for di, _ in a_deltas})
-    a_cols = sorted({dj for _, dj in a_deltas})
-
+    a_rows = gather.rows
     grid_n, grid_m = ceil_div(cog, bn), ceil_div(m, bm)
-    m_whole, n_whole = m % bm == 0, np_ % bn == 0
-    k_whole = k % bk == 0 and tiles * split == tiles_all
-    h_lo, h_hi, w_lo, w_hi = _bound_checks(geo, not m_whole)
+    n_whole = np_ % bn == 0
     out_dt = f32 if split > 1 else dt
     out_shape = (split, groups, m, cog) if split > 1 else geo.y_shape
-
-    def pixel(p):
-        """(n, oh, ow) of output pixel p."""
-        return p // (oh * ow), p // ow % oh, p % ow
-
-    def window_origin(p):
-        """(n, first image row, first image column) of pixel p's window; rows past M
-        get the row FAR, outside every image."""
-        n_, oy, ox = pixel(p)
-        h0 = oy * geo.stride[0] - geo.pads[0]
-        return n_, (h0 if m_whole else select(p < m, h0, FAR)), ox * geo.stride[1] - geo.pads[1]
-
-    def out_index(zs, gz, row, col):
-        if split > 1:
-            return zs, gz, row, col
-        n_, oy, ox = pixel(row)
-        return geo.y_index(n_, gz * cog + col if groups > 1 else col, oy, ox)
 
     # ---- host helpers emitting statements (called while tracing) ----------------
     def load_frags(af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
@@ -196,28 +100,9 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         return seq_of([mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
                        for mi in range(mt) for ni in range(nt)])
 
-    def a_taps(x, rn, rh, rw, gz, kbase, aj):
-        """For each A delta: (x element at the tap, whether it lies in the image and
-        k < K); coordinates clamped to 0 outside, so no address past x is formed."""
-        taps = {}
-        for dj in a_cols:
-            kk = kbase + aj + dj
-            r, q, c = geo.tap(kk)
-            taps[dj] = (kk, r * geo.dilation[0], q * geo.dilation[1], gz * cg + c if groups > 1 else c)
-        out = []
-        for di, dj in a_deltas:
-            kk, dh, dw, ch = taps[dj]
-            r = a_rows.index(di)
-            ih, iw = rh[r] + dh, rw[r] + dw
-            ok = guard([(h_lo, ih >= 0), (h_hi, ih < geo.height), (w_lo, iw >= 0), (w_hi, iw < geo.width),
-                        (k_whole, kk < k)])
-            index = geo.x_index(select(ok, rn[r], 0), select(ok, ih, 0), select(ok, iw, 0), select(ok, ch, 0))
-            out.append((x[index], ok))
-        return out
-
     def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
         out = []
-        for t, (src, ok) in enumerate(a_taps(x, rn, rh, rw, gz, kbase, aj)):
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
             base, const = sta_plan.uses[t]
             out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
         out.append(cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (kp, np_),
@@ -226,7 +111,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
 
     def load_regs(x, w, ra, rb, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
         out = []
-        for t, (src, ok) in enumerate(a_taps(x, rn, rh, rw, gz, kbase, aj)):
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
             out.append(store(ra[t], src) if ok is True else guarded_copy(ra[t], src, ok))
         for t, (di, dj) in enumerate(b_deltas):
             row, col = kbase + bi + di, n0 + bj + dj
@@ -281,7 +166,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         ai, aj = a_origin(tid)
         bi, bj = b_origin(tid)
         for r, di in enumerate(a_rows):
-            n_, h0, w0 = window_origin(m0 + ai + di)
+            n_, h0, w0 = gather.window_origin(m0 + ai + di)
             rn[r] = n_
             rh[r] = h0
             rw[r] = w0
@@ -328,7 +213,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
             row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
             col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
             if guard([(m_whole, row < m), (cog % bn == 0, col < cog)]):
-                out[out_index(zs, gz, row, col)] = acc[mi, ni, e]
+                out[gather.out_index(zs, gz, row, col)] = acc[mi, ni, e]
 
     kernels = [conv_tc]
     if x_geo is not geo:
@@ -362,3 +247,36 @@ def build_conv_split_reduce(geo: ConvGeometry, dt: Any, split: int, name: str):
             y[geo.y_index(row // (oh * ow), gz * cog + col, row // ow % oh, row % ow)] = s
 
     return conv_split_reduce
+
+
+def build_nhwc_copy(geo: ConvGeometry, dt: Any, name: str):
+    """ws[n, h, w, c] = x[n, c, h, w] through a 32x32 shared-memory tile (coalesced
+    reads along h*w, writes along c); x is read by guarded element reads, so the fusion
+    engine grafts a prologue here."""
+    from hidet_plugin_cuda import lang as cu
+    from hidet_framework.lang import shared_tensor
+
+    n, c, h, w = geo.batch, geo.channels, geo.height, geo.width
+    hw = h * w
+
+    @script
+    def nhwc_copy(x: dt[(n, c, h, w)], ws: dt[(n, h, w, c)]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (ceil_div(hw, 32), ceil_div(c, 32), n)
+        attrs.cuda.block_dim = 256
+        tile = shared_tensor(dt, [32, 33])
+        tx = cu.threadIdx.x % 32
+        ty = cu.threadIdx.x // 32
+        p0 = cu.blockIdx.x * 32
+        c0 = cu.blockIdx.y * 32
+        bn = cu.blockIdx.z
+        for i in static_range(4):
+            if c0 + ty + i * 8 < c and p0 + tx < hw:
+                tile[ty + i * 8, tx] = x[bn, c0 + ty + i * 8, (p0 + tx) // w, (p0 + tx) % w]
+        cu.syncthreads()
+        for i in static_range(4):
+            if p0 + ty + i * 8 < hw and c0 + tx < c:
+                ws[bn, (p0 + ty + i * 8) // w, (p0 + ty + i * 8) % w, c0 + tx] = tile[tx, ty + i * 8]
+
+    return nhwc_copy

@@ -125,7 +125,7 @@ class ConvGeometry:
         """(kh, kw, c) of reduction index k (channels fastest)."""
         kh, kw = self.kernel
         if kh == kw == 1:
-            return const(0), const(0), k
+            return 0, 0, k
         return k // (kw * self.cg), k // self.cg % kw, k % self.cg
 
 
