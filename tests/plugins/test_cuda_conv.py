@@ -80,8 +80,8 @@ def _target():
 
 
 # ------------------------------------------------------------------ no GPU
-@pytest.mark.parametrize("layouts", [("nchw", "nchw"), ("nhwc", "nhwc"), ("nhwc", "nchw")])
-@pytest.mark.parametrize("case", CASES[1:4], ids=str)
+@pytest.mark.parametrize("case, layouts", [(CASES[1], ("nchw", "nchw")), (CASES[2], ("nhwc", "nhwc")),
+                                           (CASES[3], ("nhwc", "nchw"))], ids=str)
 def test_definition_and_packing_match_reference(case, layouts, rng):
     geo = geometry(case, *layouts)
     x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width)).astype(np.float32)
@@ -367,4 +367,5 @@ def test_public_path_conv_bias_relu(cuda_env, case, rng):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
     rows = [r for r in fn.fusion_report() if "conv2d_igemm" in r.operators]
     assert len(rows) == 1 and rows[0].status == "fused", fn.fusion_report()
-    assert fn.num_launches == (2 if conv_staging(geo, {}) == "nhwc" else 1), fn.fusion_report()
+    split = auto_params(geo, cuda_env[1])["split_k"] > 1  # the reduce launch takes the epilogue
+    assert fn.num_launches == (2 if conv_staging(geo, {}) == "nhwc" else 1) + split, fn.fusion_report()
