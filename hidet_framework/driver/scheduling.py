@@ -2,6 +2,8 @@
 operator on the target, else the rule-based auto-scheduler."""
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -15,11 +17,22 @@ from hidet_framework.schedule import ScheduledTask
 
 def _random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
     carrier = numpy_dtype(dtype)
+    if dtype == "bfloat16":  # real values in their uint16 carrier: the top half of float32 normals
+        return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
     if carrier.kind == "f":
         return rng.standard_normal(shape).astype(carrier)
     if carrier.kind == "b":
         return rng.integers(0, 2, shape).astype(carrier)
     return rng.integers(0, 8, shape).astype(carrier)  # small: safe as indices and divisors
+
+
+def _upload(device: Any, array: np.ndarray, dtype: str) -> Any:
+    """`array` on the device. bfloat16 travels as uint16 bits (numpy has no bfloat16): a
+    device whose arrays carry a dtype (CUDA: a kernel refuses a uint16 array for a
+    bfloat16 parameter) is told which; the CPU's kernels take the bits as they are."""
+    if dtype == "bfloat16" and "dtype" in inspect.signature(device.from_numpy).parameters:
+        return device.from_numpy(array, dtype=dtype)
+    return device.from_numpy(array)
 
 
 def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
@@ -35,8 +48,8 @@ def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
         device = target.device
         if not buffers:
             rng = np.random.default_rng(0)
-            buffers["inputs"] = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng))
-                                 for t in task.inputs]
+            buffers["inputs"] = [_upload(device, _random_array([int(s) for s in t.shape], t.dtype.name, rng),
+                                         t.dtype.name) for t in task.inputs]
             buffers["outputs"] = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
         return compiled.time(buffers["inputs"], buffers["outputs"], warmup=1, repeat=repeat)
 
