@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.tuner import TuneRequest, TuningError, TuningResult, tune_many
-from tests.tuner.test_tuner import FAKE_COSTS, TARGET, FakeTemplate, _measure, _task, cache  # noqa: F401
+from .test_tuner import FAKE_COSTS, TARGET, FakeTemplate, _measure, _task, cache  # noqa: F401
 
 
 def _request(task, templates, measured, level=1):

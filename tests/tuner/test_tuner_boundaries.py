@@ -244,9 +244,10 @@ def test_the_pool_worker_fails_a_result_that_cannot_travel(cache):
     FAKE_COSTS.update(bndW=lambda t: 1.0)
     cand = tuner_module.Candidate(FakeTemplate("bndW", [4]), {"tile": 4})
     for in_pool, fails in ((True, True), (False, False)):
-        tuner_module._JOB.update(task=_task(), attributes={}, target=TARGET, candidates=[cand],
-                                 prepare=lambda s: (lambda: s), in_pool=in_pool,
-                                 build=tuner_module._template_build)
+        request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [cand.template], 1,
+                                           prepare=lambda s: (lambda: s), measure=_measure,
+                                           build=tuner_module._template_build)
+        tuner_module._JOB.update(items=[(request, cand)], in_pool=in_pool)
         try:
             index, error, result = tuner_module._prepare_one(0)
         finally:
