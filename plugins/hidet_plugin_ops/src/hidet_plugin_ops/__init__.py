@@ -35,7 +35,10 @@ def register_operators(register) -> None:
 
 @hookimpl
 def register_passes(register) -> None:
-    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES):
+    # cpu_conv's rule (CPU only) is tried before the im2col + matmul one: first answer wins
+    from .cpu_conv import PACK_RULE
+
+    for rule in (*rules_fold_conv2d.RULES, PACK_RULE, *rewrites.RULES):
         register(rule.name, rule)
 
 
@@ -45,3 +48,7 @@ def register_templates(register) -> None:
     from .cpu_depthwise_conv import CpuDepthwiseConv2d
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
+    # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)
+    from .cpu_conv_template import CpuDirectConv2d
+
+    register(CpuDirectConv2d.name, CpuDirectConv2d())

@@ -1,0 +1,236 @@
+"""The CPU template of ``conv2d_packed``: direct convolution, NCHW activations, weights
+packed at compile time into ``[O/ob, C, KH, KW, ob]`` blocks (`cpu_conv.py`).
+
+It is a GEMM whose A operand is read in place: an output row segment of ``width``
+pixels times ``ob`` output channels is one register tile (``width x nv`` SIMD
+accumulators, ``nv = ob / lanes``), and each step of the reduction over (c, kh, kw)
+loads ``nv`` weight vectors (contiguous in the packed block) and broadcasts ``width``
+input values x[n, c, ih, iw0 + j*sw + kw*dw] (one or two cache lines of one input
+row; no im2col buffer, no packing, no div/mod)::
+
+    parallel over workers w:                         (task mapping spatial(workers))
+        for each of w's items (n, output-channel block, output row) (a loop):
+            kh range of the row (rows in the padding skipped: loop bounds)
+            for each column tile (static: positions fixed by the shape):
+                micro-kernel: width x nv accumulators over c, kh, kw; taps that
+                fall into the left/right padding are dropped while tracing (the
+                tile's position is static), so there is no check in any loop
+                y[n, o, oh, ow] = acc + bias      (element stores: epilogues graft)
+
+Columns are cut into ``ceil(OW / owb)`` tiles of balanced widths; tiles of one width
+whose taps are all inside share one micro-kernel. Items walk output rows innermost
+(``order="row"``: one weight block stays in L2 while the input streams) or channel
+blocks innermost (``order="block"``: the input rows stay in L1/L2 while the weights
+stream, for small weights). Space (from the machine only): ``owb`` from the register
+file, the two orders, the worker count.
+
+Fusion: x and the bias are read through element reads, y written by element stores,
+each element exactly once; the packed weights (a folded constant) are read as vectors.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import float32, vector_type
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.ir.types import PointerType
+from hidet_framework.lang import (
+    address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
+    static_range,
+)
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.tuner.template import Template
+
+from .cpu_conv import PACKED_OPERATOR, target_lanes
+
+__all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def max_pixels(target: Any, ob: int) -> int:
+    """Pixels per register tile: ``pixels * nv`` accumulators plus nv weight vectors and
+    a broadcast fit the vector register file (32 registers with AVX-512, 16 below)."""
+    lanes = target_lanes(target)
+    nv = max(1, ob // lanes) if ob % lanes == 0 else ob
+    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    return max(1, (registers - nv - 1) // nv)
+
+
+def conv_space(target: Any, level: int, ob: int) -> list[dict]:
+    """Candidates for weight blocks `ob` wide, the default first."""
+    cores = max(1, int(target.get("cores", 1)))
+    top = max_pixels(target, ob)
+    out = [{"owb": top, "order": "row", "workers": cores}]
+    if level == 0:
+        return out
+    for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):
+        for order in ("row", "block"):
+            c = {"owb": owb, "order": order, "workers": cores}
+            if c not in out:
+                out.append(c)
+    if cores > 1:
+        out.append(dict(out[0], workers=1))
+    return out[:30 if level == 1 else 200]
+
+
+def column_tiles(ow: int, owb: int) -> list[tuple[int, int]]:
+    """(first column, width) of each column tile: ceil(OW / owb) tiles, balanced."""
+    count = _ceil_div(ow, max(1, owb))
+    base, extra = divmod(ow, count)
+    tiles, start = [], 0
+    for t in range(count):
+        width = base + (1 if t < extra else 0)
+        tiles.append((start, width))
+        start += width
+    return tiles
+
+
+def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
+    """Per (pixel j, tap kw) of a tile at column col0: whether the input column lies
+    inside the image (a host fact, since tiles are placed while building)."""
+    sw, dw, left, w, kw = (geometry[k] for k in ("sw", "dw", "left", "w", "kw"))
+    return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
+
+
+def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
+                  x_shape: tuple, wp_shape: tuple, static_rows: bool):
+    vec_ptr = PointerType(vec)
+    c, kh, kw, sw, dw, dh = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh"))
+
+    @script
+    def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
+                  iw0: i32, kh_lo: i32, kh_hi: i32):
+        attrs.func_kind = "device"
+        attrs.func_name = key
+        acc = register_tensor(vec, [width, nv])
+        wv = register_tensor(vec, [nv])
+        for j in static_range(width):
+            for v in static_range(nv):
+                acc[j, v] = cast(0.0, vec)
+        lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
+        hi = kh if static_rows else kh_hi
+        for ci in range(c):
+            for r in range(lo, hi):
+                ih = ih0 + r * dh
+                for q in static_range(kw):
+                    for v in static_range(nv):
+                        wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                    for j in static_range(width):
+                        if valid[j][q]:
+                            xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                            for v in static_range(nv):
+                                acc[j, v] += cast(xv, vec) * wv[v]
+        for j in static_range(width):
+            for v in static_range(nv):
+                tp = cast(address_of(tile[j * ob + v * lanes]), vec_ptr)
+                tp[0] = acc[j, v]
+
+    return conv_tile
+
+
+def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
+                 name: str = "conv2d_cpu_direct") -> ScheduledTask:
+    x_shape = tuple(int(d) for d in task.inputs[0].shape)
+    wp_shape = tuple(int(d) for d in task.inputs[1].shape)
+    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    has_bias = len(task.inputs) > 2
+    n, c, h, w = x_shape
+    blocks, _, kh, kw, ob = wp_shape
+    o, oh, ow = y_shape[1], y_shape[2], y_shape[3]
+    sh, sw = attributes["stride"]
+    dh, dw = attributes["dilation"]
+    top, left = attributes["padding"][0], attributes["padding"][1]
+    lanes = target_lanes(target)
+    if ob % lanes:
+        lanes = 1
+    nv = ob // lanes
+    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    owb = max(1, min(int(params["owb"]), ow))
+    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
+    # every output row sees every kernel row: no top padding, the last row's window inside
+    static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
+    tiles, kernels = [], {}
+    for col0, width in column_tiles(ow, owb):
+        valid = _valid_taps(col0, width, geo)
+        key = (width, valid)
+        if key not in kernels:
+            kernels[key] = _micro_kernel(f"{name}_tile{len(kernels)}", vec, lanes, nv, ob, width, valid, geo,
+                                         x_shape, wp_shape, static_rows)
+        tiles.append((col0, width, kernels[key]))
+    items = n * blocks * oh
+    workers = max(1, min(int(params.get("workers", target.get("cores", 1))), items))
+    per_worker = _ceil_div(items, workers)
+    row_inner = params.get("order", "row") == "row"
+    ragged = o % ob != 0
+    owner = spatial(workers)
+    b_shape = (o,) if has_bias else (1,)
+    tile_len = owb * ob
+
+    @script
+    def conv2d_cpu_direct(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for wk in parallel(workers):
+            tile = local_tensor(f32, [tile_len])
+            for jw in owner.on(wk):
+                for q in range(per_worker):
+                    item = jw * per_worker + q
+                    if item < items:
+                        ni = item // (blocks * oh)
+                        rest = item % (blocks * oh)
+                        blk = rest // oh if row_inner else rest % blocks
+                        ohi = rest % oh if row_inner else rest // blocks
+                        ih0 = ohi * sh - top
+                        kh_lo = 0
+                        kh_hi = kh
+                        if not static_rows:
+                            if ih0 < 0:
+                                kh_lo = (dh - 1 - ih0) / dh
+                            if h - 1 - ih0 < 0:
+                                kh_hi = 0
+                            else:
+                                kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                        for ti in static_range(len(tiles)):
+                            col0 = tiles[ti][0]
+                            width = tiles[ti][1]
+                            kernel = tiles[ti][2]
+                            kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                            for t in range(ob):
+                                oc = blk * ob + t
+                                if not ragged or oc < o:
+                                    bias = b[oc] if has_bias else 0.0
+                                    for j in range(width):
+                                        y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
+
+    refs = (BufferRef("input", 0), BufferRef("input", 1),
+            BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
+    workspace = ()
+    if not has_bias:
+        from hidet_framework.schedule.scheduled_task import WorkspaceSpec
+
+        workspace = (WorkspaceSpec("no_bias", "float32", (1,)),)
+    return ScheduledTask(script_module(conv2d_cpu_direct, name=name), (Launch(name, refs),), workspace,
+                         source="ops.conv2d_cpu_direct", params=dict(params))
+
+
+class CpuDirectConv2d(Template):
+    """float32 ``conv2d_packed`` on the CPU (see the module docstring)."""
+
+    name = "ops.conv2d_cpu_direct"
+    operator = PACKED_OPERATOR
+    target = "cpu"
+    version = "1"
+    priority = 10
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        # the rewrite packs two vectors of output channels (cpu_conv.block_width)
+        return conv_space(target, level, 2 * target_lanes(target))
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        return build_direct(task, attributes, params, target)
