@@ -159,7 +159,7 @@ class CCodegen(CStyleCodegen):
         if s.parallel:
             if isinstance(s.extent, Constant) and s.extent.value <= 1:
                 return []  # one iteration: starting a thread team costs more than the loop
-            return ["#pragma omp parallel for schedule(static)"]
+            return [f"#pragma omp parallel for schedule({'dynamic' if s.parallel == 'dynamic' else 'static'})"]
         if s.unroll is True:
             # A full-unroll hint is advice: past a few dozen copies it only costs compile
             # time (gcc spent minutes on a 2048-step repeat loop of a simple template).

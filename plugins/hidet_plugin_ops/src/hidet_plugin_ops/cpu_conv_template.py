@@ -61,18 +61,16 @@ def max_pixels(target: Any, ob: int) -> int:
 
 def conv_space(target: Any, level: int, ob: int) -> list[dict]:
     """Candidates for weight blocks `ob` wide, the default first."""
-    cores = max(1, int(target.get("cores", 1)))
     top = max_pixels(target, ob)
-    out = [{"owb": top, "order": "row", "workers": cores}]
+    out = [{"owb": top, "order": "row", "schedule": "dynamic"}]
     if level == 0:
         return out
     for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):
         for order in ("row", "block"):
-            c = {"owb": owb, "order": order, "workers": cores}
-            if c not in out:
-                out.append(c)
-    if cores > 1:
-        out.append(dict(out[0], workers=1))
+            for schedule in ("dynamic", "static"):
+                c = {"owb": owb, "order": order, "schedule": schedule}
+                if c not in out:
+                    out.append(c)
     return out[:30 if level == 1 else 200]
 
 
@@ -161,49 +159,44 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                                          x_shape, wp_shape, static_rows)
         tiles.append((col0, width, kernels[key]))
     items = n * blocks * oh
-    workers = max(1, min(int(params.get("workers", target.get("cores", 1))), items))
-    per_worker = _ceil_div(items, workers)
+    # work items (n, channel block, output row) in the candidate's order: the task
+    # mapping turns an item number into its coordinates
     row_inner = params.get("order", "row") == "row"
+    item_map = spatial(n, blocks, oh) if row_inner else spatial(n, oh, blocks)
+    schedule = params.get("schedule", "dynamic")
     ragged = o % ob != 0
-    owner = spatial(workers)
     b_shape = (o,) if has_bias else (1,)
-    tile_len = owb * ob
 
     @script
     def conv2d_cpu_direct(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for wk in parallel(workers):
-            tile = local_tensor(f32, [tile_len])
-            for jw in owner.on(wk):
-                for q in range(per_worker):
-                    item = jw * per_worker + q
-                    if item < items:
-                        ni = item // (blocks * oh)
-                        rest = item % (blocks * oh)
-                        blk = rest // oh if row_inner else rest % blocks
-                        ohi = rest % oh if row_inner else rest // blocks
-                        ih0 = ohi * sh - top
-                        kh_lo = 0
-                        kh_hi = kh
-                        if not static_rows:
-                            if ih0 < 0:
-                                kh_lo = (dh - 1 - ih0) / dh
-                            if h - 1 - ih0 < 0:
-                                kh_hi = 0
-                            else:
-                                kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
-                        for ti in static_range(len(tiles)):
-                            col0 = tiles[ti][0]
-                            width = tiles[ti][1]
-                            kernel = tiles[ti][2]
-                            kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
-                            for t in range(ob):
-                                oc = blk * ob + t
-                                if not ragged or oc < o:
-                                    bias = b[oc] if has_bias else 0.0
-                                    for j in range(width):
-                                        y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
+        for item in parallel(items, schedule=schedule):
+            tile = local_tensor(f32, [owb * ob])
+            for ni, u, v in item_map.on(item):
+                blk = u if row_inner else v
+                ohi = v if row_inner else u
+                ih0 = ohi * sh - top
+                kh_lo = 0
+                kh_hi = kh
+                if not static_rows:
+                    if ih0 < 0:
+                        kh_lo = (dh - 1 - ih0) / dh
+                    if h - 1 - ih0 < 0:
+                        kh_hi = 0
+                    else:
+                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                for ti in static_range(len(tiles)):
+                    col0 = tiles[ti][0]
+                    width = tiles[ti][1]
+                    kernel = tiles[ti][2]
+                    kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                    for t in range(ob):
+                        oc = blk * ob + t
+                        if not ragged or oc < o:
+                            bias = b[oc] if has_bias else 0.0
+                            for j in range(width):
+                                y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
 
     refs = (BufferRef("input", 0), BufferRef("input", 1),
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
