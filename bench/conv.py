@@ -132,6 +132,8 @@ def machine_line() -> str:
     waiting = ("threads spin between calls (OpenMP and onnxruntime defaults)" if SPIN else
                f"idle threads sleep (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, onnxruntime "
                f"allow_spinning=0)")
+    if os.environ.get("OMP_DYNAMIC"):
+        waiting += f", OMP_DYNAMIC={os.environ['OMP_DYNAMIC']}"
     return (f"machine: {model} | ISA {isa} ({' '.join(extras)}) | {THREADS} threads (of {os.cpu_count()} cpus), "
             f"{waiting} | load average {load}")
 
@@ -197,7 +199,8 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin * kernel * kernel
     return {"shape": name, "batch": batch, "ours_ms": med["ours"] * 1e3, "ort_ms": med["ort"] * 1e3,
-            "ratio": med["ort"] / med["ours"], "ratio_min": min(times["ort"]) / min(times["ours"]), "ours_gflops": flops / med["ours"] / 1e9,
+            "ratio": med["ort"] / med["ours"], "ratio_min": min(times["ort"]) / min(times["ours"]),
+            "ours_gflops": flops / med["ours"] / 1e9,
             "err_ours": err_ours, "err_ort": err_peer, "compile_s": compile_s,
             "launches": fn.num_launches, "template": templates_used(fn)}
 
@@ -216,7 +219,8 @@ def run_cpu(args, shapes) -> list:
             r = bench_cpu_shape(spec, batch, args, rng)
             rows.append(r)
             print(f"| {r['shape']} | {batch} | {r['ours_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f}x | "
-                  f"{r['ratio_min']:.2f}x | {r['ours_gflops']:.1f} | {r['err_ours']:.1e} | {r['err_ort']:.1e} | {r['launches']} | "
+                  f"{r['ratio_min']:.2f}x | {r['ours_gflops']:.1f} | {r['err_ours']:.1e} | {r['err_ort']:.1e} | "
+                  f"{r['launches']} | "
                   f"{r['template']} |", flush=True)
     summarize(rows)
     print("\n" + machine_line())
@@ -238,7 +242,6 @@ def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
     started = time.perf_counter()
     fn = hf.compile(our_graph(xq.shape, wq, bq, stride, pad, dtype), target="cuda", space=args.space)
     compile_s = time.perf_counter() - started
-    tdt = getattr(torch, dtype)
     xt = torch.from_numpy(xq).to("cuda")
     wt, bt = torch.from_numpy(wq).to("cuda"), torch.from_numpy(bq).to("cuda")
     ours_out = fn.run_device(xt)            # copies x into the arena; the launches below reuse it
@@ -272,7 +275,6 @@ def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
     torch.cuda.synchronize()
     med = {k: statistics.median(s.elapsed_time(e) for s, e in v) / 1e3 for k, v in events.items()}
     flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin * kernel * kernel
-    del tdt
     return {"shape": name, "batch": batch, "dtype": dtype, "ours_us": med["ours"] * 1e6,
             "cudnn_us": med["cudnn"] * 1e6, "ratio": med["cudnn"] / med["ours"],
             "ours_tflops": flops / med["ours"] / 1e12, "err_ours": err_ours, "err_cudnn": err_peer,
