@@ -206,3 +206,23 @@ def test_grouped_convolutions_keep_their_paths(rng, groups, w_shape):
     ref = np.concatenate([conv64(x[:, g * cig:(g + 1) * cig], w[g * cog:(g + 1) * cog], b[g * cog:(g + 1) * cog],
                                  (1, 1), (1, 1, 1, 1), (1, 1)) for g in range(groups)], axis=1)
     assert np.abs(fn(x) - ref).max() / np.abs(ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_source_size_does_not_grow_with_the_image(isa):
+    """Interior column tiles run as a loop: a 4001-wide row prints about the C of a
+    57-wide one (286 column tiles unrolled would print each tile's store loop)."""
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    base = {"cores": 2, "l1d_bytes": 32 << 10, "l2_bytes": 1 << 20, "l3_bytes": 32 << 20, "fma": True}
+    target = Target("cpu", "x86-64", {**base, "vector_bits": 512 if isa == "avx512" else 256})
+    ob = cpu_conv.block_width(target, 40)
+    sizes = {}
+    for width in (57, 4001):
+        task, attributes, _ = _task((1, 3, 5, width), (40, 3, 3, 3), ob, True, (1, 1), (1, 1, 1, 1), (1, 1))
+        params = conv_space(target, 0, ob)[0]
+        module = TEMPLATE.build(task, attributes, params, target).module
+        sizes[width] = len(generate(lower(module, "cpu"), target))
+    # at most four micro-kernels (left border, two interior widths, right border) in both
+    assert sizes[4001] <= 1.5 * sizes[57], sizes

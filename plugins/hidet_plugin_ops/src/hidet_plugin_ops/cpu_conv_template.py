@@ -8,8 +8,8 @@ loads ``nv`` weight vectors (contiguous in the packed block) and broadcasts ``wi
 input values x[n, c, ih, iw0 + j*sw + kw*dw] (one or two cache lines of one input
 row; no im2col buffer, no packing, no div/mod)::
 
-    parallel over workers w:                         (task mapping spatial(workers))
-        for each of w's items (n, output-channel block, output row) (a loop):
+    parallel over items, handed out one at a time (OpenMP schedule(dynamic)):
+        (n, output-channel block, output row) = spatial(...) task mapping of the item
             kh range of the row (rows in the padding skipped: loop bounds)
             for each column tile (static: positions fixed by the shape):
                 micro-kernel: width x nv accumulators over c, kh, kw; taps that
@@ -18,11 +18,13 @@ row; no im2col buffer, no packing, no div/mod)::
                 y[n, o, oh, ow] = acc + bias      (element stores: epilogues graft)
 
 Columns are cut into ``ceil(OW / owb)`` tiles of balanced widths; tiles of one width
-whose taps are all inside share one micro-kernel. Items walk output rows innermost
+whose taps are all inside share one micro-kernel, and a run of them is one loop (the
+code's size does not grow with the image's width). Items walk output rows innermost
 (``order="row"``: one weight block stays in L2 while the input streams) or channel
 blocks innermost (``order="block"``: the input rows stay in L1/L2 while the weights
-stream, for small weights). Space (from the machine only): ``owb`` from the register
-file, the two orders, the worker count.
+stream, for small weights). Items go to whichever thread is free: on a loaded machine
+a descheduled thread delays only the row it holds. Space (from the machine only):
+``owb`` from the register file, the two orders, dynamic or static shares.
 
 Fusion: x and the bias are read through element reads, y written by element stores,
 each element exactly once; the packed weights (a folded constant) are read as vectors.
@@ -157,7 +159,11 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         if key not in kernels:
             kernels[key] = _micro_kernel(f"{name}_tile{len(kernels)}", vec, lanes, nv, ob, width, valid, geo,
                                          x_shape, wp_shape, static_rows)
-        tiles.append((col0, width, kernels[key]))
+        same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
+        if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
+            tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
+        else:
+            tiles.append([col0, width, 1, kernels[key]])
     items = n * blocks * oh
     # work items (n, channel block, output row) in the candidate's order: the task
     # mapping turns an item number into its coordinates
@@ -187,16 +193,17 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                     else:
                         kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
                 for ti in static_range(len(tiles)):
-                    col0 = tiles[ti][0]
                     width = tiles[ti][1]
-                    kernel = tiles[ti][2]
-                    kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
-                    for t in range(ob):
-                        oc = blk * ob + t
-                        if not ragged or oc < o:
-                            bias = b[oc] if has_bias else 0.0
-                            for j in range(width):
-                                y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
+                    kernel = tiles[ti][3]
+                    for rep in range(tiles[ti][2]):
+                        col0 = tiles[ti][0] + rep * width
+                        kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                        for t in range(ob):
+                            oc = blk * ob + t
+                            if not ragged or oc < o:
+                                bias = b[oc] if has_bias else 0.0
+                                for j in range(width):
+                                    y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
 
     refs = (BufferRef("input", 0), BufferRef("input", 1),
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
