@@ -82,6 +82,8 @@ CASES = [  # x shape, w shape, stride, pads (top, left, bottom, right), dilation
     ((1, 2, 37, 3), (2, 2, 5, 3), (3, 1), (2, 1, 2, 1), (1, 2), False),
     ((1, 8, 29, 1), (17, 8, 3, 1), (1, 1), (1, 0, 1, 0), (1, 1), True),     # one output column
     ((3, 7, 14, 14), (64, 7, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), True),
+    ((2, 5, 13, 17), (37, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True),    # pointwise, partial last tile
+    ((1, 3, 8, 12), (16, 3, 1, 1), (1, 1), (0, 0, 0, 0), (3, 2), False),    # pointwise, whole tiles
 ]
 
 
@@ -102,7 +104,9 @@ def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     ref = conv64(x, w, b, stride, pads, dilation)
     assert ref.shape == y_shape
     space = conv_space(target, 1, ob)
-    picks = [space[0], dict(space[0], owb=1), dict(space[0], owb=3, order="block", schedule="static")]
+    assert space[0]["form"] == "pixels"
+    picks = [space[0], dict(space[0], order="block", schedule="static"), dict(space[0], form="direct", owb=1),
+             dict(space[0], form="direct", owb=3, order="block", schedule="static")]
     for params in picks:
         scheduled = TEMPLATE.build(task, attributes, params, target)
         compiled = compile_scheduled(task, scheduled, cpu_backend, target)
@@ -127,6 +131,20 @@ def test_space_and_blocks_come_from_the_machine():
         lvl0, lvl1 = conv_space(target, 0, ob), conv_space(target, 1, ob)
         assert len(lvl0) == 1 and lvl1[0] == lvl0[0] and 1 < len(lvl1) <= 30
         assert len({tuple(sorted(c.items())) for c in lvl1}) == len(lvl1)
+
+
+@pytest.mark.parametrize("x_shape,stride,pixels", [
+    ((1, 8, 56, 56), (1, 1), True), ((2, 8, 13, 17), (1, 1), True), ((1, 8, 14, 14), (1, 1), True),
+    ((1, 8, 7, 7), (1, 1), False),       # 49 pixels would compute 64: the direct form
+    ((1, 8, 56, 56), (2, 2), False)])
+def test_pointwise_form_where_it_pays(x_shape, stride, pixels):
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    task, attributes, _ = _task(x_shape, (64, 8, 1, 1), 32, True, stride, (0, 0, 0, 0), (1, 1))
+    module = TEMPLATE.build(task, attributes, conv_space(target, 0, 32)[0], target).module
+    assert ("conv2d_cpu_direct_pixels" in generate(lower(module, "cpu"), target)) == pixels
 
 
 @pytest.mark.parametrize("ow,owb", [(56, 14), (7, 14), (112, 6), (13, 5), (1, 14), (29, 1)])

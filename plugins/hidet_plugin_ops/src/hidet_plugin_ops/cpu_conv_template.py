@@ -40,10 +40,11 @@ from hidet_framework.lang import (
     address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
     static_range,
 )
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
 from .cpu_conv import PACKED_OPERATOR, target_lanes
+from .cpu_conv_pointwise import build_pointwise, pointwise_applies
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
 
@@ -64,15 +65,18 @@ def max_pixels(target: Any, ob: int) -> int:
 def conv_space(target: Any, level: int, ob: int) -> list[dict]:
     """Candidates for weight blocks `ob` wide, the default first."""
     top = max_pixels(target, ob)
-    out = [{"owb": top, "order": "row", "schedule": "dynamic"}]
+    # form "pixels": the pointwise GEMM form (cpu_conv_pointwise.py) where the shape
+    # allows it, the direct form elsewhere (so every candidate builds for every shape)
+    out = [{"owb": top, "order": "row", "schedule": "dynamic", "form": "pixels"}]
     if level == 0:
         return out
     for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):
         for order in ("row", "block"):
             for schedule in ("dynamic", "static"):
-                c = {"owb": owb, "order": order, "schedule": schedule}
+                c = {"owb": owb, "order": order, "schedule": schedule, "form": "direct"}
                 if c not in out:
                     out.append(c)
+    out += [dict(out[0], order="block"), dict(out[0], schedule="static")]
     return out[:30 if level == 1 else 200]
 
 
@@ -148,6 +152,10 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         lanes = 1
     nv = ob // lanes
     vec = vector_type(float32, lanes) if lanes > 1 else float32
+    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
+        kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
+        return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
     # every output row sees every kernel row: no top padding, the last row's window inside
@@ -205,14 +213,14 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                                 for j in range(width):
                                     y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
 
+    return _scheduled(conv2d_cpu_direct, name, params, has_bias)
+
+
+def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], has_bias: bool) -> ScheduledTask:
     refs = (BufferRef("input", 0), BufferRef("input", 1),
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
-    workspace = ()
-    if not has_bias:
-        from hidet_framework.schedule.scheduled_task import WorkspaceSpec
-
-        workspace = (WorkspaceSpec("no_bias", "float32", (1,)),)
-    return ScheduledTask(script_module(conv2d_cpu_direct, name=name), (Launch(name, refs),), workspace,
+    workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1,)),)
+    return ScheduledTask(script_module(kernel, name=name), (Launch(name, refs),), workspace,
                          source="ops.conv2d_cpu_direct", params=dict(params))
 
 
