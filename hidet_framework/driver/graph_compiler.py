@@ -47,7 +47,7 @@ def evaluate_constants(task: Task, arrays: Sequence[np.ndarray]) -> Sequence[np.
 
 
 def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  # noqa: A001
-            fusion: bool = True) -> CompiledGraph:
+            fusion: bool = True, cuda_graph: bool | None = None) -> CompiledGraph:
     """Compile a traced graph for `target` ("cpu", "cuda", "evaluator", or "auto": the
     most preferred backend usable here, e.g. cuda where a GPU is, else cpu;
     ``CompiledGraph.target`` says which). The target is resolved once, here.
@@ -55,6 +55,8 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     :param space: schedule search-space level 0/1/2; None reads $HIDET_FRAMEWORK_SPACE (default 0).
     :param fusion: fuse producers and consumers onto anchors (fewer kernels, see
         ``CompiledGraph.fusion_report()``); False keeps one kernel per operator.
+    :param cuda_graph: on cuda, replay each call's launches as one CUDA graph (None or
+        True, the default); False keeps one plain launch per kernel. Ignored elsewhere.
     :raises MissingBackendError: no installed plugin serves the target.
     :raises TargetUnavailableError: the backend is installed but cannot run here.
     """
@@ -76,4 +78,5 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
             advance()
             return compiled
 
-        return CompiledGraph(graph, compile_operator, resolved.device, resolved.kind, pass_stats=ctx.stats)
+        return CompiledGraph(graph, compile_operator, resolved.device, resolved.kind, pass_stats=ctx.stats,
+                             cuda_graph=cuda_graph)
