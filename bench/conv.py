@@ -10,9 +10,9 @@ cpu: the peer is onnxruntime running a one-node ONNX ``Conv`` model of the same
 weights (``intra_op_num_threads`` = ``--threads``; ours gets the same number through
 OMP_NUM_THREADS, set before numpy loads), in this process; every round runs ours
 then onnxruntime on the same input (interleaved, so load from other processes hits
-both alike); medians; ratio = onnxruntime time / ours (> 1: ours faster); "of mins" is the ratio of the
-fastest rounds (what each side reaches when the machine lets it). Our time is
-a whole call, ``fn(x)`` (a fresh output array each call, as onnxruntime returns one).
+both alike); medians; ratio = onnxruntime time / ours (> 1: ours faster); "of
+mins" is the ratio of the fastest rounds (what each side reaches when the machine
+lets it). Our time is a whole call, ``fn(x)`` (a fresh output array each call, as onnxruntime returns one).
 
 cuda: the peer is ``torch.nn.functional.conv2d`` (cuDNN, ``benchmark=True`` so it
 picks its best algorithm, TF32 off so float32 is float32) on the same device

@@ -244,3 +244,19 @@ def test_source_size_does_not_grow_with_the_image(isa):
         sizes[width] = len(generate(lower(module, "cpu"), target))
     # at most four micro-kernels (left border, two interior widths, right border) in both
     assert sizes[4001] <= 1.5 * sizes[57], sizes
+
+
+def test_items_are_handed_out_as_the_candidate_says():
+    """``parallel(n, schedule=...)``: OpenMP's dynamic or static schedule in the C."""
+    from hidet_framework.lang import parallel
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    task, attributes, _ = _task((1, 4, 9, 9), (8, 4, 3, 3), 16, True, (1, 1), (1, 1, 1, 1), (1, 1))
+    for schedule in ("dynamic", "static"):
+        params = dict(conv_space(target, 0, 16)[0], schedule=schedule)
+        source = generate(lower(TEMPLATE.build(task, attributes, params, target).module, "cpu"), target)
+        assert f"#pragma omp parallel for schedule({schedule})" in source
+    with pytest.raises(ValueError, match="schedule"):
+        parallel(4, schedule="guided")
