@@ -246,17 +246,24 @@ def test_source_size_does_not_grow_with_the_image(isa):
     assert sizes[4001] <= 1.5 * sizes[57], sizes
 
 
-def test_items_are_handed_out_as_the_candidate_says():
-    """``parallel(n, schedule=...)``: OpenMP's dynamic or static schedule in the C."""
+def test_items_are_handed_out_as_the_candidate_says(monkeypatch):
+    """``parallel(n, schedule=...)``: OpenMP's dynamic or static schedule in the C where
+    parallel loops print as OpenMP (the thread pool claims chunks dynamically anyway)."""
+    monkeypatch.setenv("HIDET_FRAMEWORK_CPU_PARALLEL", "openmp")
     from hidet_framework.lang import parallel
     from hidet_framework.lowering.pipeline import lower
     from hidet_plugin_cpu.codegen import generate
 
     target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
-    task, attributes, _ = _task((1, 4, 9, 9), (8, 4, 3, 3), 16, True, (1, 1), (1, 1, 1, 1), (1, 1))
+    task, attributes, _ = _task((1, 16, 40, 40), (64, 16, 3, 3), 16, True, (1, 1), (1, 1, 1, 1), (1, 1))
     for schedule in ("dynamic", "static"):
         params = dict(conv_space(target, 0, 16)[0], schedule=schedule)
         source = generate(lower(TEMPLATE.build(task, attributes, params, target).module, "cpu"), target)
         assert f"#pragma omp parallel for schedule({schedule})" in source
     with pytest.raises(ValueError, match="schedule"):
         parallel(4, schedule="guided")
+    # the pool (default) sees the micro-kernel's work through the call: not serial
+    monkeypatch.setenv("HIDET_FRAMEWORK_CPU_PARALLEL", "pool")
+    source = generate(lower(TEMPLATE.build(task, attributes, conv_space(target, 0, 16)[0], target).module, "cpu"),
+                      target)
+    assert "hidet_parallel_for(conv2d_cpu_direct" in source
