@@ -50,12 +50,15 @@ MIN_M, MAX_M = 9, 256  # M of 8 or fewer: cuda_gemv; wgmma's N side ends at 256
 DEFAULT = {"warpgroups": 1, "k_groups": 2, "stages": 4, "split": 1}
 DESIGN_M = 128  # the M the space is checked at (registers, shared memory); larger M: fewer stages
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+REGS_BESIDE_ACC = 40  # registers a thread needs besides its accumulators (ptxas: 128 left for 128 acc fails)
 
 
-def skinny_config(params: Mapping[str, Any], m: int = DESIGN_M, smem_limit: int = 227 * 1024) -> dict:
+def skinny_config(params: Mapping[str, Any], m: int = DESIGN_M, smem_limit: int = 227 * 1024,
+                  regs_per_block: int = 65536) -> dict:
     """Derived sizes at M = `m`. Where two stages of every k-group do not fit in shared
-    memory (large M), the k-groups halve until they do (one group always fits): every
-    candidate builds for every shape the template applies to."""
+    memory, or the block's threads leave too few registers for the accumulators (large
+    M), the k-groups halve until they do (one group always fits): every candidate
+    builds for every shape the template applies to."""
     wg, kg = params["warpgroups"], params.get("k_groups", 1)
     mp = ceil_div(m, 16 * wg) * 16 * wg  # A tile rows: whole 16-byte chunks for every thread
     bn = 64 * wg
@@ -63,7 +66,10 @@ def skinny_config(params: Mapping[str, Any], m: int = DESIGN_M, smem_limit: int 
     def stage(groups: int) -> int:  # bytes of one pipeline stage, every k-group
         return groups * (mp + bn) * BK * 2
 
-    while kg > 1 and smem_limit // stage(kg) < 2:
+    def registers_short(groups: int) -> bool:  # accumulators + ~40 for addresses and loop state
+        return mp // 2 + REGS_BESIDE_ACC > min(255, regs_per_block // (128 * wg * groups))
+
+    while kg > 1 and (smem_limit // stage(kg) < 2 or registers_short(kg)):
         kg //= 2
     stages = max(0, min(params["stages"], smem_limit // stage(kg)))
     red = (kg - 1) * mp // 2 * 128 * wg * 4  # k-groups 1.. hand their accumulators to group 0
@@ -73,11 +79,12 @@ def skinny_config(params: Mapping[str, Any], m: int = DESIGN_M, smem_limit: int 
 
 def skinny_legal(params: Mapping[str, Any], target: Any) -> bool:
     limit = target_int(target, "smem_per_block_optin", 227 * 1024)
-    cfg = skinny_config(params, DESIGN_M, limit)
-    regs = min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+    regs_per_block = target_int(target, "regs_per_block", 65536)
+    cfg = skinny_config(params, DESIGN_M, limit, regs_per_block)
+    regs = min(255, regs_per_block // cfg["threads"])
     return (cfg["stages"] == params["stages"] and cfg["k_groups"] == params.get("k_groups", 1)
             and cfg["smem"] <= limit and cfg["acc"] <= 128
-            and cfg["acc"] + 40 <= regs and cfg["threads"] <= target_int(target, "max_threads_per_block", 1024))
+            and cfg["acc"] + REGS_BESIDE_ACC <= regs and cfg["threads"] <= target_int(target, "max_threads_per_block", 1024))
 
 
 def skinny_space(target: Any, level: int) -> list[dict]:
