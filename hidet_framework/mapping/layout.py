@@ -268,7 +268,7 @@ class ComposedLayout(Layout):
         return out
 
     def __str__(self) -> str:
-        return " * ".join(f"({p})" if isinstance(p, ConcatLayout) else str(p) for p in self.parts)
+        return " * ".join(str(p) for p in self.parts)  # a ConcatLayout prints its own parentheses
 
 
 @attrs.frozen(slots=True, repr=False)

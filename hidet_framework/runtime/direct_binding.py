@@ -18,6 +18,7 @@ view of a graph input or output is a site to substitute. Anything this cannot se
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,8 @@ import attrs
 import numpy as np
 
 from hidet_framework.backend.signature import numpy_dtype
+
+RECYCLE_BYTES = 1 << 20  # outputs from this size on are recycled (see DirectBinding._fresh_outputs)
 
 
 @attrs.frozen
@@ -166,7 +169,7 @@ class DirectBinding:
         from hidet_framework.runtime.compiled_task import GraphInputError
 
         if out is None:
-            return [np.empty(shape, dtype) for kind, _, shape, dtype in self._outputs if kind == "fresh"]
+            return self._fresh_outputs()
         if len(out) != len(self._outputs):
             raise GraphInputError(f"out= takes {len(self._outputs)} arrays (one per graph output), got {len(out)}")
         fresh = [None] * len(self._fresh_slots)
@@ -181,3 +184,23 @@ class DirectBinding:
             if kind == "fresh" and fresh[payload] is None:
                 fresh[payload] = array
         return fresh
+
+    def _fresh_outputs(self) -> list:
+        """New output arrays, except that a large one the caller has dropped since the
+        last call (nothing but this binding refers to it) is handed out again: a fresh
+        64 MB array costs 16k page faults on first write, more than the kernel that
+        fills it on a loaded machine (onnxruntime reuses its arena the same way). An
+        array still referenced anywhere (a variable, a view, an input of this call) is
+        never reused."""
+        spares = self.__dict__.setdefault("_spares", {})
+        arrays = []
+        for n, (kind, _, shape, dtype) in enumerate(self._outputs):
+            if kind != "fresh":
+                continue
+            a = spares.pop(n, None)  # atomic under the GIL: one caller gets a spare
+            if a is None or sys.getrefcount(a) > 2:  # 2: `a` and getrefcount's argument
+                a = np.empty(shape, dtype)
+            if a.nbytes >= RECYCLE_BYTES:
+                spares[n] = a
+            arrays.append(a)
+        return arrays
