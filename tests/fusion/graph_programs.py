@@ -6,7 +6,9 @@ so the reference never shares code with what it checks. Steps act on the "curren
 value and on the last two axes only, so every step applies at every rank.
 
 Anchors (not injective): matmul (rank 2), batch_matmul (rank 3), conv2d (as the first
-step of a rank-4 start), reduce_sum / softmax / layer_norm over the last axis. Around
+step of a rank-4 start), reduce_sum / softmax / layer_norm over the last axis, attention
+(the current value as the queries: ``softmax(x @ k^T * c (+ mask)) @ v``, which the
+fuse_attention rule makes one operator, with its templates' grafts). Around
 them: elementwise chains, broadcast operands, transposes, reshapes, casts, slices,
 pads, concats, constants, returned intermediates ("tap"), values read twice
 ("residual") and consumers that are not bijective (broadcast_to, slice, pad, concat
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 DIMS = (1, 2, 3, 5)  # few distinct sizes: kernels repeat across examples (build cache)
 CONV_DIMS = (1, 2, 3)  # the evaluator interprets a convolution element by element: kept small
 
-ANCHORS = ("matmul", "batch_matmul", "reduce_sum", "softmax", "layer_norm")
+ANCHORS = ("matmul", "batch_matmul", "reduce_sum", "softmax", "layer_norm", "attention")
 PLAIN = ("relu", "tanh", "neg", "sigmoid", "abs", "add_input", "mul_row", "sub_const", "transpose",
          "reshape", "cast", "slice", "pad", "concat", "broadcast", "tap", "residual")
 
@@ -139,6 +141,8 @@ class _Builder:
             return x @ w if np_ else o.batch_matmul(x, w)
         if kind in ("matmul", "batch_matmul", "reduce_sum"):  # other ranks: a reduction instead
             return x.sum(-1, keepdims=True) if np_ else o.reduce_sum(x, axes=[-1], keepdims=True)
+        if kind == "attention":
+            return self._attention(x, dim, arg)
         if kind == "softmax":
             if np_:
                 e = np.exp(x - x.max(-1, keepdims=True))
@@ -159,6 +163,41 @@ class _Builder:
                 return _conv2d_np(x, w, b, padding)
             return o.conv2d(x, w, b, padding=padding)
         raise AssertionError(f"unknown step {kind}")
+
+
+def _attention_step(self, x, keys: int, arg: int):
+    """softmax(x @ k^T * c (+ mask)) @ v over the last axis: k and v graph inputs with
+    `keys` rows, c a constant holding one value; arg 1 adds a mask (an input broadcast
+    over the queries), arg 2 selects with a constant bool mask (fill -1e4)."""
+    shape = tuple(x.shape)
+    lead, d = shape[:-2], shape[-1]
+    k = self._operand(lead + (keys, d))
+    v = self._operand(lead + (keys, 1 + arg))
+    c = self._operand((), constant=True)
+    mask = self._operand(lead + (1, keys)) if arg == 1 else None
+    select = self._operand((shape[-2], keys), constant=True) if arg == 2 else None
+    if self.lib == "np":
+        z = (x @ np.swapaxes(k, -1, -2)) * c
+        if mask is not None:
+            z = z + mask
+        if select is not None:
+            z = np.where(select > 0, z, -1e4)
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ v
+    import hidet_framework as hf
+
+    o = self.ops
+    perm = list(range(len(shape)))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    z = o.mul(o.matmul(x, o.transpose(k, perm)), c)
+    if mask is not None:
+        z = o.add(z, mask)
+    if select is not None:
+        z = o.where(o.greater(select, hf.constant(np.float32(0))), z, hf.constant(np.float32(-1e4)))
+    return o.matmul(o.softmax(z, axis=-1), v)
+
+
+_Builder._attention = _attention_step
 
 
 def _conv2d_np(x, w, b, padding: int):

@@ -2,6 +2,7 @@
 
     python tests/fusion/long_run.py --target cpu  --processes 2  --examples 10000 --seconds 7200 --out DIR
     python tests/fusion/long_run.py --target cuda --processes 12 --examples 10000 --seconds 540  --out DIR
+    python tests/fusion/long_run.py --target cuda --processes 48 --gpus 8 --examples 10000 --seconds 400 --out DIR
 
 Each process runs the property for `target` with hypothesis's ``dev`` profile and its
 own seed (so the processes draw different graphs), ``FUSION_EXAMPLES`` = its share of
@@ -36,6 +37,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3600.0, help="stop checking after this long")
     parser.add_argument("--out", required=True, help="folder for the logs")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000, help="first process's seed")
+    parser.add_argument("--gpus", type=int, default=0,
+                        help="spread the processes over this many GPUs (CUDA_VISIBLE_DEVICES = k %% gpus)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     share = -(-args.examples // args.processes)
@@ -50,7 +53,10 @@ def main() -> int:
         out = open(os.path.join(args.out, f"{args.target}-{k}.pytest.txt"), "w")
         cmd = [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", "--hypothesis-profile",
                "dev", f"--hypothesis-seed={args.seed + k}", node]
-        procs.append((subprocess.Popen(cmd, cwd=ROOT, env={**env, "FUSION_LOG": log}, stdout=out,
+        own = {**env, "FUSION_LOG": log}
+        if args.gpus > 0:
+            own["CUDA_VISIBLE_DEVICES"] = str(k % args.gpus)
+        procs.append((subprocess.Popen(cmd, cwd=ROOT, env=own, stdout=out,
                                        stderr=subprocess.STDOUT), out))
     codes = []
     for proc, out in procs:
