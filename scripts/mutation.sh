@@ -108,6 +108,11 @@ EOF
     # a build cache that outlives the scratch copy (MUTATION_CACHE) saves recompiling
     # the C of every unchanged kernel on the next run; entries are keyed by their source
     export HIDET_FRAMEWORK_CACHE="${MUTATION_CACHE:-$work/.hf-cache}" HIDET_FRAMEWORK_QUIET=1
+    # mutmut forks each mutant from a process that has run the tests: with an OpenMP
+    # thread pool alive in it, a forked child that runs a compiled kernel waits forever
+    # on the pool's lock (seen: mutants asleep for ten minutes with no CPU time, which
+    # mutmut's CPU-time limit never ends). One thread: no pool, no deadlock.
+    export OMP_NUM_THREADS=1
     names=()
     if [ -n "$sample" ]; then
       # generate the mutants and trace the tests once (no mutant matches this name, so
