@@ -6,6 +6,9 @@ Prints the median time per call (microseconds) of: a compiled no-op through the
 runtime; the same no-op through bare ctypes; a 1-element float32 add through the
 runtime (3 array pointers + 1 int64 checked and converted); the same add through bare
 ctypes with ``a.ctypes.data`` pointers (the usual way); and ``np.add`` on 1 element.
+Then compiled graphs (`graph_rows`): what ``fn(x, y)`` adds to its kernels (issue 15's
+target, at most 5 us) and a 64k-element add through the thread pool against the same
+add compiled with an OpenMP region (``HIDET_FRAMEWORK_CPU_PARALLEL=openmp``).
 """
 from __future__ import annotations
 
@@ -85,6 +88,64 @@ def main() -> None:
     width = max(len(name) for name, _ in rows)
     for name, fn in rows:
         print(f"  {name:<{width}}  {median_us(fn, args.calls):7.3f} us")
+    graph_rows(max(200, args.calls // 10))
+
+
+def graph_rows(calls: int) -> None:
+    """Compiled graphs: what a call adds to its kernels (the issue-15 target: at most
+    5 us, median over 2,000 calls), and a parallel loop's dispatch through the thread
+    pool against the OpenMP region it replaced (the same 64k-element add compiled both
+    ways, interleaved)."""
+    import hidet_framework as hf
+
+    from hidet_framework.driver.task_compiler import clear_task_cache
+
+    def compiled(n, parallel="pool"):
+        clear_task_cache()  # the same task compiled again, not served from the process's cache
+        os.environ["HIDET_FRAMEWORK_CPU_PARALLEL"] = parallel  # read when the C is generated
+        try:
+            x, y = hf.symbol((n,), "float32"), hf.symbol((n,), "float32")
+            return hf.compile(hf.trace(hf.ops.add(x, y), inputs=[x, y]), target="cpu", space=0)
+        finally:
+            os.environ.pop("HIDET_FRAMEWORK_CPU_PARALLEL", None)
+
+    def kernels(fn, arrays):
+        direct = fn._direct  # the bound launches with this call's arrays (private: measured around)
+        out = np.empty_like(arrays[0])
+        plan = [(f, [out if kind else arrays[k] for _, kind, k in changes], changes, args)
+                for f, args, changes in direct._plan]
+        bound = []
+        for f, subs, changes, args in plan:
+            args = list(args)
+            for (arg, _, _), value in zip(changes, subs):
+                args[arg] = value
+            bound.append((f, tuple(args)))
+
+        def run():
+            for f, a in bound:
+                f(*a)
+        return run
+
+    rng = np.random.default_rng(0)
+    one = [rng.standard_normal(1).astype(np.float32) for _ in range(2)]
+    big = [rng.standard_normal(1 << 16).astype(np.float32) for _ in range(2)]
+    tiny, pool, omp = compiled(1), compiled(1 << 16), compiled(1 << 16, "openmp")
+    cases = [("graph: 1-element add, fn(x, y)", lambda: tiny(*one)),
+             ("graph: 1-element add, its kernels alone", kernels(tiny, one)),
+             ("graph: 64k-element add, thread pool, fn(x, y)", lambda: pool(*big)),
+             ("graph: 64k-element add, OpenMP static, fn(x, y)", lambda: omp(*big)),
+             ("numpy: np.add on 64k elements", lambda: np.add(*big))]
+    times = {name: [] for name, _ in cases}
+    for _ in range(3):  # interleaved rounds
+        for name, fn in cases:
+            times[name].append(median_us(fn, calls, rounds=5))
+    width = max(len(name) for name, _ in cases)
+    print(f"compiled graphs, {os.environ.get('OMP_NUM_THREADS', 'all')} threads, median of 3 interleaved rounds "
+          f"(each the median of 5 x {calls} calls):")
+    for name, _ in cases:
+        print(f"  {name:<{width}}  {statistics.median(times[name]):7.3f} us")
+    added = statistics.median(times[cases[0][0]]) - statistics.median(times[cases[1][0]])
+    print(f"  a call adds {added:.2f} us to its kernels (target <= 5 us)")
 
 
 if __name__ == "__main__":

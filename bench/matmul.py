@@ -3,6 +3,7 @@
     python bench/matmul.py --target cpu --space 2 --out bench-out
     python bench/matmul.py --target cpu --shapes 1024,2048 --space 0
     python bench/matmul.py --target cuda --space 1 --all --out bench-out
+    python bench/matmul.py --target cuda --space 1 --short-m --dtypes float32,float16,bfloat16
 
 For each shape and dtype: our time (median of --repeat runs of the tuner's winner),
 the peer's time in the same process (CPU: numpy/OpenBLAS on the same thread count;
@@ -38,6 +39,8 @@ import time
 import numpy as np
 
 ALL_SHAPES = ["4096", "2048", "1024", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
+# issue 18's short-M targets (decode and small batches): MxNxK
+SHORT_M = ["16x4096x4096", "32x4096x11008", "1x4096x11008", "1x11008x4096", "128x4096x4096"]
 CPU_DEFAULT = ["1024", "2048", "2039", "1021x3001x997", "128x4096x4096", "16x4096x4096", "8x512x512x512"]
 _BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -166,6 +169,45 @@ def bench_cpu(shape_text: str, args, cache_dir: str) -> dict:
 
 # ----------------------------------------------------------------------- CUDA
 
+def cuda_timed(f, repeat: int) -> float:
+    """Median seconds of one run: events around each run, all queued back to back after
+    warm-ups with one synchronisation at the end, so the GPU never waits for the host's
+    launch (a sync per run would add the launch latency to both sides)."""
+    import torch
+
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+    for start, end in events:
+        start.record()
+        f()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
+
+
+def cuda_graph_timed(f, repeat: int, inner: int = 20) -> float:
+    """Median seconds of one run by CUDA graph replay: `inner` runs captured into one
+    graph, each replay timed with events. The host's launch cost (Python's, for our
+    launches; the dispatcher's, for torch) is out of the figure: kernel time, with the
+    GPU's own gap between consecutive kernels. `f(stream)` launches on that stream."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            f(side.cuda_stream)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        stream = torch.cuda.current_stream().cuda_stream
+        for _ in range(inner):
+            f(stream)
+    return cuda_timed(graph.replay, max(3, repeat // 3)) / inner
+
+
 def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     import torch
 
@@ -181,6 +223,7 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     fn = compile_task(task, "cuda", space=args.space)
     tuning = time.perf_counter() - started
     candidates = fn.tuning.candidates if fn.tuning is not None else 1
+    template = getattr(getattr(fn.tuning, "template", None), "name", None) or getattr(fn.scheduled, "source", None)
     tdt = getattr(torch, dtype)
     a = torch.randn(a_shape, device="cuda", dtype=tdt)
     b = torch.randn(b_shape, device="cuda", dtype=tdt)
@@ -191,22 +234,6 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     ref = torch.matmul(a.float(), b.float()) if big else torch.matmul(a.double(), b.double())
     error = rel_error(c.double().cpu().numpy(), ref.double().cpu().numpy())
 
-    def timed(f) -> float:
-        """Median seconds of one run: events around each run, all queued back to back
-        after warm-ups with one synchronisation at the end, so the GPU never waits for
-        the host's launch (a sync per run would add the launch latency to both sides)."""
-        for _ in range(3):
-            f()
-        torch.cuda.synchronize()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(args.repeat)]
-        for start, end in events:
-            start.record()
-            f()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
-
     # time the launch list bound once to the tensors (as a compiled graph runs it), so the
     # per-call DLPack conversion of torch tensors is not counted as kernel time
     from hidet_plugin_cuda.memory import DeviceArray
@@ -214,16 +241,22 @@ def bench_cuda(shape_text: str, dtype: str, args) -> dict:
     a_dev, b_dev, c_dev = (DeviceArray.from_dlpack(t) for t in (a, b, c))
     launches = fn.bind([a_dev, b_dev], [c_dev], fn.allocate_workspace())
 
-    def run_bound() -> None:
+    def run_bound(stream=None) -> None:
         for launch, launch_args in launches:
-            launch(*launch_args)
+            launch(*launch_args, stream=stream)
 
-    ours = timed(run_bound)
-    peer = timed(lambda: torch.matmul(a, b))
-    return {"shape": shape_text, "dtype": dtype, "ours_s": ours, "peer_s": peer, "ratio": peer / ours,
+    ours = cuda_timed(run_bound, args.repeat)
+    peer = cuda_timed(lambda: torch.matmul(a, b), args.repeat)
+    graph = {}
+    if args.graph:
+        graph = {"ours_graph_s": cuda_graph_timed(run_bound, args.repeat),
+                 "peer_graph_s": cuda_graph_timed(lambda stream: torch.matmul(a, b), args.repeat)}
+        graph["ratio_graph"] = graph["peer_graph_s"] / graph["ours_graph_s"]
+    return {"shape": shape_text, "dtype": dtype, "ours_s": ours, "peer_s": peer, "ratio": peer / ours, **graph,
             "gflops": 2.0 * max(batch, 1) * m * n * k / ours / 1e9, "max_rel_error": error,
             "reference": "torch float32" if big else "torch float64",
-            "candidates": candidates, "tuning_s": tuning, "params": getattr(fn.scheduled, "params", None)}
+            "candidates": candidates, "tuning_s": tuning, "template": template,
+            "params": getattr(fn.scheduled, "params", None)}
 
 
 
@@ -236,11 +269,14 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for the JSON result")
     parser.add_argument("--shapes", default=None, help="comma-separated subset, e.g. 1024,2048,8x512x512x512")
     parser.add_argument("--all", action="store_true", help="every shape (4096^3 included)")
+    parser.add_argument("--short-m", action="store_true", help="issue 18's short-M shapes: " + ",".join(SHORT_M))
     parser.add_argument("--dtypes", default="float32,float16,bfloat16",
                         help="comma-separated dtypes on cuda (cpu runs float32)")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs (median): 7 on cpu, 30 on cuda")
     parser.add_argument("--via-driver", action="store_true", help="compile through hidet_framework.driver")
     parser.add_argument("--keep-cache", action="store_true", help="use the user's tuning cache")
+    parser.add_argument("--graph", action="store_true",
+                        help="cuda: also time both sides by CUDA graph replay (kernel time without launch cost)")
     args = parser.parse_args()
     if args.repeat is None:
         args.repeat = 7 if args.target == "cpu" else 30
@@ -249,8 +285,8 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k not in _BLAS_ENV}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)  # numpy must load without them
 
-    shapes = args.shapes.split(",") if args.shapes else ALL_SHAPES if args.all or args.target == "cuda" \
-        else CPU_DEFAULT
+    shapes = args.shapes.split(",") if args.shapes else SHORT_M if args.short_m \
+        else ALL_SHAPES if args.all or args.target == "cuda" else CPU_DEFAULT
     rows, info = [], {}
     cache_dir = tempfile.mkdtemp(prefix="hf-bench-tuning-")
     if args.keep_cache:
@@ -295,20 +331,27 @@ def _limit_blas(threads: int) -> None:
 
 
 def _print_row(r: dict) -> None:
-    print(f"  {r['shape']:>16} {r['dtype']:>8}: ours {r['ours_s'] * 1e3:9.2f} ms, peer {r['peer_s'] * 1e3:9.2f} ms, "
-          f"x{r['ratio']:.2f}", file=sys.stderr, flush=True)
+    graph = f", graph replay x{r['ratio_graph']:.2f}" if "ratio_graph" in r else ""
+    print(f"  {r['shape']:>16} {r['dtype']:>8}: ours {r['ours_s'] * 1e6:9.1f} us, peer {r['peer_s'] * 1e6:9.1f} us, "
+          f"x{r['ratio']:.2f}{graph}", file=sys.stderr, flush=True)
 
 
 def _print_table(rows: list, args) -> None:
-    head = f"{'shape':>16} {'dtype':>8} {'ours ms':>9} {'peer ms':>9} {'ratio':>6} {'GFLOP/s':>8} " \
-           f"{'rel err':>8} {'cands':>5} {'tune s':>7}"
-    print(f"matmul on {args.target}, space {args.space} (ratio = peer time / our time; > 1: we are faster)")
+    graph = any("ratio_graph" in r for r in rows)
+    head = f"{'shape':>16} {'dtype':>8} {'ours us':>9} {'peer us':>9} {'ratio':>6} " + \
+        (f"{'ours g':>8} {'peer g':>8} {'ratio g':>7} " if graph else "") + \
+        f"{'GFLOP/s':>8} {'rel err':>8} {'cands':>5} {'tune s':>7}  winner"
+    print(f"matmul on {args.target}, space {args.space} (ratio = peer time / our time; > 1: we are faster"
+          + ("; g: CUDA graph replay, kernel time without launch cost)" if graph else ")"))
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['shape']:>16} {r['dtype']:>8} {r['ours_s'] * 1e3:9.2f} {r['peer_s'] * 1e3:9.2f} "
-              f"{r['ratio']:6.2f} {r['gflops']:8.1f} {r['max_rel_error']:8.1e} "
-              f"{r['candidates'] if r['candidates'] is not None else '-':>5} {r['tuning_s']:7.1f}")
+        g = f"{r['ours_graph_s'] * 1e6:8.1f} {r['peer_graph_s'] * 1e6:8.1f} {r['ratio_graph']:7.2f} " \
+            if "ratio_graph" in r else (" " * 26 if graph else "")
+        print(f"{r['shape']:>16} {r['dtype']:>8} {r['ours_s'] * 1e6:9.1f} {r['peer_s'] * 1e6:9.1f} "
+              f"{r['ratio']:6.2f} {g}{r['gflops']:8.1f} {r['max_rel_error']:8.1e} "
+              f"{r['candidates'] if r['candidates'] is not None else '-':>5} {r['tuning_s']:7.1f}  "
+              f"{r.get('template') or ''}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
-"""Whole models: ours next to onnxruntime on the same inputs, in the same process.
+"""Whole models: ours next to onnxruntime (cpu) or torch (cuda), same inputs, same process.
 
     python bench/models.py --target cpu [--models resnet50,bert_base_s128] [--repeat 10] [--out DIR]
+    python bench/models.py --target cuda [--batches 1,16] [--budget-s 600] [--ort-check] [--out DIR]
+
+``--target cuda`` (half precision, against torch eager / torch.compile / torch.compile
+with CUDA graphs) is described in ``bench/models_cuda.py``; the rest of this text is the
+cpu table.
 
 The five ONNX graphs of ``../shared/models`` (ResNet-50, MobileNet-V2, Inception-V3,
 BERT-base and GPT-2 at sequence 128, batch 1; weights stripped) get their weights
@@ -124,7 +129,18 @@ def main() -> int:
     parser.add_argument("--shared", default=_shared_dir(), help="folder with models/ and tools/ (../shared)")
     parser.add_argument("--keep-cache", action="store_true", help="use $HIDET_FRAMEWORK_CACHE as it is")
     parser.add_argument("--out", help="folder for models.json")
+    parser.add_argument("--batches", default="1", help="cuda: batch sizes, e.g. 1,16")
+    parser.add_argument("--budget-s", type=float, default=1e9,
+                        help="cuda: seconds after which torch.compile is skipped for the remaining models")
+    parser.add_argument("--rounds", type=int, default=5, help="cuda: interleaved rounds")
+    parser.add_argument("--calls", type=int, default=20, help="cuda: timed calls per impl per round")
+    parser.add_argument("--top", type=int, default=5, help="cuda: our costliest kernels to print per model")
+    parser.add_argument("--peers", default="eager,inductor_cg,inductor",
+                        help="cuda: torch.compile peers (inductor_cg: mode='reduce-overhead'; inductor: default)")
+    parser.add_argument("--ort-check", action="store_true", help="cuda: torch fp32 module vs onnxruntime too")
     args = parser.parse_args()
+    if args.target == "cuda":
+        return main_cuda(args)
     if os.environ.get("OMP_NUM_THREADS") != str(args.threads):  # must be set before OpenMP starts
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
         os.execv(sys.executable, [sys.executable] + sys.argv)
@@ -150,6 +166,38 @@ def main() -> int:
         with open(os.path.join(args.out, "models.json"), "w") as f:
             json.dump({"cpu": cpu_description(), "threads": args.threads, "space": args.space, "rows": rows}, f,
                       indent=1)
+    return 0
+
+
+def main_cuda(args) -> int:
+    from models_cuda import batched_copy, bench_model_cuda, print_row_cuda
+
+    import torch
+
+    started = time.perf_counter()
+    os.environ.setdefault("HIDET_FRAMEWORK_QUIET", "1")
+    scratch = tempfile.mkdtemp(prefix="hf-models-")
+    if not args.keep_cache:  # one fresh cache for the run: shared across its models
+        os.environ["HIDET_FRAMEWORK_CACHE"] = os.path.join(scratch, "cache")
+    print(f"gpu: {torch.cuda.get_device_name()}; torch {torch.__version__}; fp16; space {args.space}; "
+          f"cache {'kept' if args.keep_cache else 'fresh'}; {os.cpu_count()} cpus", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        source = os.path.join(args.shared, "models", f"{name}.onnx")
+        path = os.path.join(scratch, f"{name}.onnx")
+        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
+                       check=True)
+        for batch in [int(b) for b in args.batches.split(",")]:
+            model_path = batched_copy(path, batch, os.path.join(scratch, f"{name}_b{batch}.onnx"))
+            row = bench_model_cuda(model_path, batch, args, started)
+            rows.append(row)
+            print_row_cuda(row)
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                with open(os.path.join(args.out, "models_cuda.json"), "w") as f:
+                    json.dump({"gpu": torch.cuda.get_device_name(), "space": args.space, "rows": rows}, f,
+                              indent=1, default=str)
+        os.remove(path)
     return 0
 
 

@@ -10,6 +10,13 @@ initializers are the same weights). Every round runs each implementation once, i
 turn (interleaved, so load from other processes hits all alike); the table shows the
 median per implementation and ratio = peer median / ours (> 1: we are faster), and the
 max relative error of ours and of onnxruntime against a float64 numpy reference.
+Before each timed call the process sleeps ``--gap-ms`` (50 ms; not timed): OpenBLAS,
+onnxruntime and our pool keep their threads spinning for a while after a call, and
+back to back the next implementation would run against them (seen: our 2.4 ms GEMV
+read 37-72 ms right after numpy and onnxruntime on the 2-core box).
+
+``HIDET_FRAMEWORK_CPU_ISA=avx2`` (with ``OPENBLAS_CORETYPE=Haswell`` for the peer)
+measures the AVX2 code path on an AVX-512 machine; the header then says so.
 
 The header names the machine: model, ISA (AVX-512 / AVX2, AMX), thread count and the
 load average, because on a shared machine only the ratios mean anything.
@@ -218,7 +225,7 @@ def rel_error(got, ref):
     return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
 
 
-def run_case(name, rounds, rng):
+def run_case(name, rounds, rng, gap_s=0.0):
     import hidet_framework as hf
     if name in ("softmax", "layer_norm") and not hasattr(hf.ops, name):
         return {"name": name, "note": f"skipped: no '{name}' operator registered (the reduce plugin has not landed)"}
@@ -239,6 +246,8 @@ def run_case(name, rounds, rng):
     times = {k: [] for k in impls}
     for _ in range(rounds):
         for k, impl in impls.items():
+            if gap_s:
+                time.sleep(gap_s)  # let the previous implementation's spinning threads go idle
             t0 = time.perf_counter()
             impl()
             times[k].append(time.perf_counter() - t0)
@@ -286,15 +295,20 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated name prefixes (gelu,conv,matmul...)")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--gap-ms", type=float, default=50.0,
+                        help="idle time before each timed call (not timed): the previous implementation's "
+                             "pool threads (OpenBLAS, onnxruntime, ours) spin after a call and would otherwise "
+                             "take the cores from the next one; 0 to time back to back")
     args = parser.parse_args()
     wanted = [c for c in CASES if not args.only or any(c.startswith(p) for p in args.only.split(","))]
     rng = np.random.default_rng(0)
     print(machine_line())
-    print(f"median of {args.rounds} interleaved rounds; ratio = peer / ours (> 1: ours faster)\n")
+    print(f"median of {args.rounds} interleaved rounds, {args.gap_ms:g} ms idle before each timed call; "
+          f"ratio = peer / ours (> 1: ours faster)\n")
     print("| case | ours ms | numpy ms | onnxruntime ms | numpy/ours | ort/ours | ours err | compile s |")
     print("|---|---|---|---|---|---|---|---|")
     for name in wanted:
-        row = run_case(name, args.rounds, rng)
+        row = run_case(name, args.rounds, rng, args.gap_ms / 1e3)
         if "note" in row:
             print(f"| {name} | {row['note']} |||||||")
             continue

@@ -50,8 +50,19 @@ def input_arrays(specs: Sequence[tuple], inputs_file: str | None, model: str | N
             if key not in data.files:
                 raise ValueError(f"{inputs_file} has no array {name!r} (nor {key!r}); it has "
                                  f"{', '.join(data.files) or 'nothing'}")
-            arrays.append(np.asarray(data[key], order="C"))
+            array = np.asarray(data[key], order="C")
+            if array.dtype == np.float32 and dtype in ("float16", "bfloat16"):  # --dtype: the model's float type
+                array = _to_float_type(array, dtype)
+            arrays.append(array)
     return arrays
+
+
+def _to_float_type(array: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "float16":
+        return array.astype(np.float16)
+    from hidet_framework.graph.passes.convert_float_dtype import float32_to_bfloat16_bits
+
+    return float32_to_bfloat16_bits(array)
 
 
 def describe_outputs(outputs: Sequence[np.ndarray]) -> str:

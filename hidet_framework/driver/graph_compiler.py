@@ -14,10 +14,12 @@ from hidet_framework.extension import MissingBackendError, plugin_host
 from hidet_framework.fusion import FUSED_OPERATOR, FUSION_PASSES, GROUP_ATTRIBUTE
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+from hidet_framework.graph.passes.convert_float_dtype import convert_float_dtype
 from hidet_framework.runtime.compile_target import CompileTarget, TargetUnavailableError
 from hidet_framework.runtime.compiled_graph import CompiledGraph
 from hidet_framework.runtime.compiled_task import CompiledTask
 from hidet_framework.runtime.evaluate_task import EVALUATOR, interpret_task
+from hidet_framework.driver.model_compiler import compile_model_tasks
 from hidet_framework.driver.task_compiler import compile_fused, compile_task
 from hidet_framework.driver.options import progress, resolve_space
 from hidet_framework.driver.targets import resolve_compile_target
@@ -47,7 +49,8 @@ def evaluate_constants(task: Task, arrays: Sequence[np.ndarray]) -> Sequence[np.
 
 
 def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  # noqa: A001
-            fusion: bool = True) -> CompiledGraph:
+            fusion: bool = True, cuda_graph: bool | None = None, dtype: str | None = None,
+            parallel: bool = True) -> CompiledGraph:
     """Compile a traced graph for `target` ("cpu", "cuda", "evaluator", or "auto": the
     most preferred backend usable here, e.g. cuda where a GPU is, else cpu;
     ``CompiledGraph.target`` says which). The target is resolved once, here.
@@ -55,6 +58,14 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     :param space: schedule search-space level 0/1/2; None reads $HIDET_FRAMEWORK_SPACE (default 0).
     :param fusion: fuse producers and consumers onto anchors (fewer kernels, see
         ``CompiledGraph.fusion_report()``); False keeps one kernel per operator.
+    :param cuda_graph: on cuda, replay each call's launches as one CUDA graph (None or
+        True, the default); False keeps one plain launch per kernel. Ignored elsewhere.
+    :param dtype: "float16" or "bfloat16": the model computes in that type (float32
+        inputs and weights converted, float32 accumulation and statistics kept inside
+        kernels, integer tensors untouched; ``graph/passes/convert_float_dtype.py``);
+        None or "float32" leaves the graph's types as they are.
+    :param parallel: tune and build all the model's tasks at once on every core
+        (``driver/model_compiler.py``); False compiles operator by operator.
     :raises MissingBackendError: no installed plugin serves the target.
     :raises TargetUnavailableError: the backend is installed but cannot run here.
     """
@@ -65,7 +76,11 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
     # The evaluator target promises not to need a compiler, constant folding included.
     ctx = GraphPassContext(evaluate=interpret_task if resolved is EVALUATOR else evaluate_constants,
                            target=resolved.kind)
+    graph = convert_float_dtype(graph, dtype, ctx)
     graph = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES if fusion else GRAPH_PASSES)
+    if resolved is not EVALUATOR and parallel:
+        # the whole model's tasks tuned and built at once, on every core (model_compiler.py)
+        ctx.stats["compile_model_tasks"] = compile_model_tasks(graph.nodes, resolved, space)
     distinct = len({op.task.fingerprint() for op in graph.nodes})
     with progress(distinct, f"compiling {distinct} tasks for {resolved.kind}") as advance:
         def compile_operator(op: Any) -> CompiledTask:
@@ -76,4 +91,5 @@ def compile(graph: FlowGraph, target: Any = "auto", space: int | None = None,  #
             advance()
             return compiled
 
-        return CompiledGraph(graph, compile_operator, resolved.device, resolved.kind, pass_stats=ctx.stats)
+        return CompiledGraph(graph, compile_operator, resolved.device, resolved.kind, pass_stats=ctx.stats,
+                             cuda_graph=cuda_graph)

@@ -28,15 +28,16 @@ def _quiet() -> bool:
 
 @contextlib.contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr for long work; quiet for short work, when stderr is not
+    """A progress bar on stderr for long work (done / total, time spent, time left); quiet for short work, when stderr is not
     a TTY, or with HIDET_FRAMEWORK_QUIET=1. Yields ``advance()``."""
     if total < 4 or _quiet():
         yield lambda: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+                  TextColumn("left"), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
         handle = bar.add_task(what, total=total)
         yield lambda: bar.advance(handle)

@@ -2,6 +2,8 @@
 operator on the target, else the rule-based auto-scheduler."""
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -15,11 +17,22 @@ from hidet_framework.schedule import ScheduledTask
 
 def _random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
     carrier = numpy_dtype(dtype)
+    if dtype == "bfloat16":  # real values in their uint16 carrier: the top half of float32 normals
+        return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
     if carrier.kind == "f":
         return rng.standard_normal(shape).astype(carrier)
     if carrier.kind == "b":
         return rng.integers(0, 2, shape).astype(carrier)
     return rng.integers(0, 8, shape).astype(carrier)  # small: safe as indices and divisors
+
+
+def _upload(device: Any, array: np.ndarray, dtype: str) -> Any:
+    """`array` on the device. bfloat16 travels as uint16 bits (numpy has no bfloat16): a
+    device whose arrays carry a dtype (CUDA: a kernel refuses a uint16 array for a
+    bfloat16 parameter) is told which; the CPU's kernels take the bits as they are."""
+    if dtype == "bfloat16" and "dtype" in inspect.signature(device.from_numpy).parameters:
+        return device.from_numpy(array, dtype=dtype)
+    return device.from_numpy(array)
 
 
 def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
@@ -35,12 +48,31 @@ def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
         device = target.device
         if not buffers:
             rng = np.random.default_rng(0)
-            buffers["inputs"] = [device.from_numpy(_random_array([int(s) for s in t.shape], t.dtype.name, rng))
-                                 for t in task.inputs]
+            buffers["inputs"] = [_upload(device, _random_array([int(s) for s in t.shape], t.dtype.name, rng),
+                                         t.dtype.name) for t in task.inputs]
             buffers["outputs"] = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
         return compiled.time(buffers["inputs"], buffers["outputs"], warmup=1, repeat=repeat)
 
     return target.build, measure
+
+
+def applicable_templates(task: Task, op_name: str, target: CompileTarget, attributes: dict) -> list:
+    """The plugin templates registered for (`op_name`, target kind) that apply to `task`."""
+    if not target.uses_templates:
+        return []
+    return [t for t in plugin_host().templates.templates_for(op_name, target.kind)
+            if not hasattr(t, "applies") or t.applies(task, attributes)]
+
+
+def tune_request(task: Task, op_name: str, target: CompileTarget, space: int, attributes: dict,
+                 templates: list) -> Any:
+    """The tuner's request for `task` (see ``tuner.tune_many``)."""
+    from hidet_framework.schedule.template import build_scheduled
+    from hidet_framework.tuner import TuneRequest
+
+    prepare, measure = tuner_hooks(task, target)
+    return TuneRequest(task, attributes, op_name, target.target, templates, space, prepare, measure,
+                       build_scheduled)
 
 
 def schedule(task: Task, op_name: str, target: CompileTarget, space: int,
@@ -49,9 +81,7 @@ def schedule(task: Task, op_name: str, target: CompileTarget, space: int,
     templates for (`op_name`, target kind) that apply to it, the tuner's pick among their
     candidates (at space level `space`); otherwise the rule-based auto-scheduler."""
     attributes = dict(attributes or {})
-    templates = [] if not target.uses_templates else [
-        t for t in plugin_host().templates.templates_for(op_name, target.kind)
-        if not hasattr(t, "applies") or t.applies(task, attributes)]
+    templates = applicable_templates(task, op_name, target, attributes)
     if not templates:
         return target.auto_schedule(task), None
     from hidet_framework.schedule.template import build_scheduled

@@ -30,7 +30,7 @@ def compile_task(task: Task, target: Any = "auto", space: int = 0, *, op_name: s
     op_name = op_name or task.name
     if attributes is None:  # the attributes the operator recorded on its task
         attributes = dict(task.attributes)
-    key = (task.fingerprint(), target.kind, space, op_name, attributes_key(attributes or {}))
+    key = task_key(task, target, space, op_name, attributes)
     with _lock:
         cached = _task_cache.get(key)
     if cached is not None:
@@ -50,8 +50,7 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
     Cached in-process by the fused task's fingerprint, the group's structure and the
     members' attributes (which, as in `compile_task`, select and parameterise templates)."""
     target = resolve_compile_target(target)
-    key = ("fused", task.fingerprint(), target.kind, space, group.structure_key(),
-           tuple(attributes_key(dict(m.attributes)) for m in group.members))
+    key = fused_key(task, group, target, space)
     with _lock:
         cached = _task_cache.get(key)
     if cached is not None:
@@ -66,6 +65,28 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
         compiled: Any = ChainedTask(task, group, members, str(exc) or type(exc).__name__)
     else:
         compiled = target.compile(task, scheduled)
+    with _lock:
+        return _task_cache.setdefault(key, compiled)
+
+
+def task_key(task: Task, target: Any, space: int, op_name: str, attributes: dict) -> tuple:
+    """The in-process cache key of `compile_task` (target resolved)."""
+    return (task.fingerprint(), target.kind, space, op_name, attributes_key(attributes or {}))
+
+
+def fused_key(task: Task, group: FusionGroup, target: Any, space: int) -> tuple:
+    """The in-process cache key of `compile_fused` (target resolved)."""
+    return ("fused", task.fingerprint(), target.kind, space, group.structure_key(),
+            tuple(attributes_key(dict(m.attributes)) for m in group.members))
+
+
+def cached(key: tuple) -> Any:
+    with _lock:
+        return _task_cache.get(key)
+
+
+def store(key: tuple, compiled: Any) -> Any:
+    """Put a compiled task in the in-process cache (the whole-model compiler's results)."""
     with _lock:
         return _task_cache.setdefault(key, compiled)
 

@@ -24,7 +24,8 @@ from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.runtime.compiled_task import GraphInputError
 from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import BOUNDARIES_STAT, GROUP_ATTRIBUTE
-from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding
+from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding, call_sites as _call_sites, \
+    device_call_plan as _device_call_plan
 from hidet_framework.graph.tensor import Operator, Tensor
 
 
@@ -106,13 +107,21 @@ class CompiledGraph:
     :param compile_operator: compiles an operator's task for this graph's target.
     :param device: the backend's device interface (memory and copies).
     :param target: the target kind the graph runs on (``"cpu"``, ``"cuda"``...).
+    :param cuda_graph: on a device that offers call plans (cuda): True or None (the
+        default) replays the launches as one CUDA graph per call, ``"copy"`` the same
+        with inputs and outputs copied through the arena (measured against it in
+        bench/call_overhead.py), False keeps one plain launch per kernel.
     """
 
     def __init__(self, graph: FlowGraph, compile_operator: Callable[[Operator], CompiledTaskLike],
-                 device: Any, target: str, *, pass_stats: dict | None = None) -> None:
+                 device: Any, target: str, *, pass_stats: dict | None = None,
+                 cuda_graph: bool | str | None = None) -> None:
         self.graph = graph
         self.device = device
         self.target = target
+        if cuda_graph not in (None, True, False, "copy"):
+            raise ValueError(f"cuda_graph must be True, False or 'copy', got {cuda_graph!r}")
+        self.cuda_graph = cuda_graph
         self.pass_stats = dict(pass_stats or {})
         by_fingerprint: dict[str, CompiledTaskLike] = {}
         self.tasks: list[CompiledTaskLike] = []
@@ -163,9 +172,20 @@ class CompiledGraph:
             totals[kind] += b.nbytes
         # constants read by operators, and constant graph outputs (a model may return one)
         weights = graph.constants() + [t for t in graph.outputs if t.is_constant()]
-        self._weights = {t.uid: self.device.from_numpy(t.storage) for t in weights}
+        self._weights = {t.uid: self._upload(t) for t in weights}
         self._report = MemoryReport(self.plan.arena_bytes, totals["intermediate"], totals["workspace"],
                                     totals["input"], sum(_nbytes(t) for t in graph.constants()))
+
+    def _upload(self, t: Tensor) -> Any:
+        """A constant on the device; bfloat16 carried as uint16 bits is uploaded as
+        bfloat16 where the device takes a dtype (kernels check it)."""
+        storage = t.storage
+        if getattr(storage, "dtype", None) is not None and storage.dtype.name != t.dtype.name:
+            try:
+                return self.device.from_numpy(storage, dtype=t.dtype.name)
+            except TypeError:  # a device whose from_numpy takes no dtype (the cpu's)
+                pass
+        return self.device.from_numpy(storage)
 
     def _view(self, slot: int, shape: Sequence[int], dtype: str) -> Any:
         """The arena's bytes of buffer `slot` as an array of `shape` and `dtype`."""
@@ -206,8 +226,12 @@ class CompiledGraph:
         self._launches = tuple(launches)
         self._input_views = [self._array_of(t) if t.uid in self._slot else None for t in self.graph.inputs]
         position = {t.uid: k for k, t in enumerate(self.graph.inputs)}
-        self._direct = _DirectBinding.of(self.graph, self._launches, sites, self._slot,
-                                         isinstance(self._arena, np.ndarray))
+        host_arena = isinstance(self._arena, np.ndarray)
+        self._direct = _DirectBinding.of(self.graph, self._launches, sites, self._slot, host_arena)
+        # a device that binds its own arrays per call (cuda: zero copy, CUDA graphs)
+        self._device_plan, self.call_plan_error = (None, None) if host_arena else _device_call_plan(
+            self.device, self._launches, _call_sites(self.graph, sites, self._slot),
+            lambda t: self._weights[t.uid], self.cuda_graph)
         self._fresh = False
         # per output: ("input", k) echoes input k; ("array", a) copies a device array out
         self._fetch = [("input", position[t.uid]) if t.uid in position and t.uid not in self._slot
@@ -235,7 +259,10 @@ class CompiledGraph:
 
     def _copy_in(self, view: Any, value: Any) -> None:
         if isinstance(view, np.ndarray):
-            np.copyto(view, np.asarray(value), casting="no")
+            value = np.asarray(value)
+            if value.dtype != view.dtype:  # checked: bfloat16 as ml_dtypes' type vs its uint16 bits
+                value = value.view(view.dtype)
+            np.copyto(view, value, casting="no")
         elif isinstance(value, np.ndarray) or _on_host(value):
             view.copy_from_host(np.asarray(value, order="C"))
         else:
@@ -250,31 +277,55 @@ class CompiledGraph:
             if result is not None:
                 self._fresh = True
                 return result
+        plan = self._device_plan
+        if plan is not None:
+            result = plan.run(arrays, out)
+            if result is not None:
+                self._fresh = True
+                return result
         self._fresh = False
         if out is not None:
-            raise GraphInputError("out= needs numpy outputs on the cpu target, one C-contiguous writable "
-                                  "array of the output's shape and dtype per graph output")
+            raise GraphInputError("out= needs numpy outputs on the cpu target (one C-contiguous writable "
+                                  "array of the output's shape and dtype per graph output), or torch CUDA "
+                                  "tensors with torch CUDA inputs on cuda")
         if len(arrays) != len(self.graph.inputs):
             names = ", ".join(f"{t.name}: {_describe(t.shape, t.dtype.name)}" for t in self.graph.inputs)
             raise GraphInputError(f"the graph takes {len(self.graph.inputs)} inputs ({names}), "
                                   f"got {len(arrays)}")
         arrays = [self._check(k, a) for k, a in enumerate(arrays)]
+        if plan is not None:
+            plan.before_host_copies()
         for view, value in zip(self._input_views, arrays):
             if view is not None:
                 self._copy_in(view, value)
-        for fn, args in self._launches:
-            fn(*args)
+        if plan is not None:
+            plan.run_arena()
+        else:
+            for fn, args in self._launches:
+                fn(*args)
         return [arrays[x] if kind == "input" else x for kind, x in self._fetch]
 
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
-        """Run on the given inputs; numpy outputs (one array, or a tuple).
+        """Run on the given inputs; outputs (one array, or a tuple) follow the inputs.
+
+        On cuda (docs/call_path.md): torch CUDA tensors in, torch CUDA tensors out, on
+        the caller's current stream; DeviceArrays in, DeviceArrays out; other CUDA
+        DLPack tensors (cupy) in, the same library's arrays out; all bound where they
+        lie, outputs written by the kernels into fresh memory (or `out=` torch
+        tensors), no copies. numpy (and other host arrays) in, numpy out.
 
         On the cpu target, numpy inputs of the graph's dtype that are C-contiguous are
         read where they lie, and the outputs are fresh arrays the kernels write (or the
         `out` arrays: one array, or a sequence with one per output), so a call copies
         nothing (`_DirectBinding`); other inputs are copied into the arena first."""
+        plan = self._device_plan
+        if plan is not None and out is None:  # the hot path: one call into the plan
+            outs = plan.run(arrays, None)
+            if outs is not None:
+                self._fresh = True
+                return outs[0] if len(outs) == 1 else tuple(outs)
         if out is not None:
-            out = [out] if isinstance(out, np.ndarray) else list(out)
+            out = [out] if isinstance(out, np.ndarray) or not isinstance(out, (list, tuple)) else list(out)
         outs = self._run(arrays, out)
         if not self._fresh:
             # copies: arena views are overwritten by the next call
@@ -283,8 +334,9 @@ class CompiledGraph:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run_device(self, *arrays: Any) -> Any:
-        """Run and return device arrays (on cuda: new DeviceArrays, which torch and
-        cupy take through DLPack; on cpu: numpy arrays). Outputs never alias the
+        """Run and return device arrays: on cuda, what `__call__` returns for device
+        inputs (torch tensors for torch, DeviceArrays, cupy arrays), and new
+        DeviceArrays for host inputs; on cpu, numpy arrays. Outputs never alias the
         arena, so a later call does not overwrite them."""
         outs = []
         results = self._run(arrays)

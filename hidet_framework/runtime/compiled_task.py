@@ -57,7 +57,9 @@ def build_scheduled(scheduled: ScheduledTask, backend: Any, target: Any) -> tupl
 def load_scheduled(task: Task, scheduled: ScheduledTask, backend: Any, target: Any, built: tuple) -> "CompiledTask":
     """The CompiledTask of what `build_scheduled` returned."""
     lowered, artifact = built
-    return CompiledTask(task, scheduled, backend.load(artifact, lowered), backend.device, target.kind)
+    compiled = CompiledTask(task, scheduled, backend.load(artifact, lowered), backend.device, target.kind)
+    compiled.artifact = artifact  # what fn.save() copies (saved_graph.py)
+    return compiled
 
 
 def compile_scheduled(task: Task, scheduled: ScheduledTask, backend: Any, target: Any) -> "CompiledTask":

@@ -1,4 +1,7 @@
-"""Calls of a compiled graph on host memory without copies.
+"""Calls of a compiled graph without copies: where inputs and outputs enter the
+bound launches (`CallSites`), the cpu target's binding (`DirectBinding`), and the
+hook through which a device binds its own arrays (`device_call_plan`; cuda's is
+``hidet_plugin_cuda.call_plan``, docs/call_path.md).
 
 A compiled graph binds every launch to views of its arena at compile time. On a host
 arena (the cpu target) a call need not copy anything: a numpy input of the graph's
@@ -15,11 +18,87 @@ view of a graph input or output is a site to substitute. Anything this cannot se
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import sys
+import warnings
+from typing import Any, Callable, Sequence
 
+import attrs
 import numpy as np
 
 from hidet_framework.backend.signature import numpy_dtype
+
+RECYCLE_BYTES = 1 << 20  # outputs from this size on are recycled (see DirectBinding._fresh_outputs)
+
+
+@attrs.frozen
+class CallSites:
+    """Where a compiled graph's inputs and outputs enter its bound launches.
+
+    :param inputs: per graph input, (shape, dtype name).
+    :param input_sites: graph input index -> [(launch, argument)] reading it.
+    :param outputs: per graph output, (kind, payload, shape, dtype name): ``fresh``
+        (payload: index of a fresh buffer the kernels write), ``copy`` (a second output
+        of the same tensor: a copy of fresh buffer `payload`), ``echo`` (graph input
+        `payload` returned as is) or ``constant`` (payload: the constant Tensor).
+    :param output_sites: fresh buffer index -> [(launch, argument)] writing it.
+    """
+
+    inputs: tuple
+    input_sites: dict
+    outputs: tuple
+    output_sites: dict
+
+
+def call_sites(graph: Any, sites: Sequence[tuple], slot: dict) -> CallSites | None:
+    """The CallSites of a compiled graph from its bound argument sites ((launch,
+    argument, tensor uid), found by identity), or None where an input or output is
+    read or written through a buffer the sites do not show (calls must copy)."""
+    by_uid: dict[int, list] = {}
+    for launch, arg, uid in sites:
+        by_uid.setdefault(uid, []).append((launch, arg))
+    inputs, input_sites, position = [], {}, {}
+    for k, t in enumerate(graph.inputs):
+        position[t.uid] = k
+        inputs.append((tuple(t.shape), t.dtype.name))
+        if t.uid in slot:
+            if t.uid not in by_uid:
+                return None
+            input_sites[k] = by_uid[t.uid]
+    outputs, output_sites, fresh_index = [], {}, {}
+    for t in graph.outputs:
+        shape, dtype = tuple(t.shape), t.dtype.name
+        if t.uid in position:  # a graph input returned as an output
+            outputs.append(("echo", position[t.uid], shape, dtype))
+        elif t.is_constant():
+            outputs.append(("constant", t, shape, dtype))
+        elif t.uid in slot and t.uid in by_uid:
+            if t.uid in fresh_index:
+                outputs.append(("copy", fresh_index[t.uid], shape, dtype))
+                continue
+            fresh_index[t.uid] = len(output_sites)
+            output_sites[len(output_sites)] = by_uid[t.uid]
+            outputs.append(("fresh", fresh_index[t.uid], shape, dtype))
+        else:
+            return None
+    return CallSites(tuple(inputs), input_sites, tuple(outputs), output_sites)
+
+
+def device_call_plan(device: Any, launches: Sequence[tuple], sites: CallSites | None,
+                     constant: Callable[[Any], Any], cuda_graph: Any) -> tuple[Any, str | None]:
+    """(plan, None) from a device that binds arrays per call itself (``device.call_plan``:
+    cuda's zero-copy binding and CUDA graphs, docs/call_path.md); (None, None) from one
+    that does not; (None, why) when making the plan failed (a warning says so once: the
+    graph still runs, launch by launch, copying its inputs and outputs)."""
+    make = getattr(device, "call_plan", None)
+    if make is None:
+        return None, None
+    try:
+        return make(launches, sites, constant, cuda_graph=cuda_graph), None
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"no zero-copy call plan for this graph (plain launches, copies): {why}",
+                      RuntimeWarning, stacklevel=4)
+        return None, why
 
 
 class DirectBinding:
@@ -45,37 +124,13 @@ class DirectBinding:
     def of(cls, graph: Any, launches: Sequence[tuple], sites: Sequence[tuple], slot: dict,
            host_arena: bool) -> "DirectBinding | None":
         """The binding for a compiled graph, or None where calls must copy."""
-        if not host_arena:
+        found = call_sites(graph, sites, slot) if host_arena else None
+        if found is None:
             return None
-        by_uid: dict[int, list] = {}
-        for launch, arg, uid in sites:
-            by_uid.setdefault(uid, []).append((launch, arg))
-        input_specs, input_sites = [], {}
-        position = {}
-        for k, t in enumerate(graph.inputs):
-            position[t.uid] = k
-            input_specs.append((tuple(t.shape), numpy_dtype(t.dtype.name)))
-            if t.uid in slot:
-                if t.uid not in by_uid:
-                    return None  # read through a buffer this cannot see: keep copying
-                input_sites[k] = by_uid[t.uid]
-        outputs, output_sites, fresh_index = [], {}, {}
-        for t in graph.outputs:
-            shape, dtype = tuple(t.shape), numpy_dtype(t.dtype.name)
-            if t.uid in position:  # a graph input returned as an output
-                outputs.append(("echo", position[t.uid], shape, dtype))
-            elif t.is_constant():
-                outputs.append(("constant", np.asarray(t.storage), shape, dtype))
-            elif t.uid in slot and t.uid in by_uid:
-                if t.uid in fresh_index:
-                    outputs.append(("copy", fresh_index[t.uid], shape, dtype))
-                    continue
-                fresh_index[t.uid] = len(output_sites)
-                output_sites[len(output_sites)] = by_uid[t.uid]
-                outputs.append(("fresh", fresh_index[t.uid], shape, dtype))
-            else:
-                return None
-        return cls(launches, input_specs, input_sites, outputs, output_sites)
+        input_specs = [(shape, numpy_dtype(dtype)) for shape, dtype in found.inputs]
+        outputs = [(kind, np.asarray(payload.storage) if kind == "constant" else payload, shape, numpy_dtype(dtype))
+                   for kind, payload, shape, dtype in found.outputs]
+        return cls(launches, input_specs, found.input_sites, outputs, found.output_sites)
 
     def run(self, arrays: Sequence[Any], out: Sequence[Any] | None) -> list[Any] | None:
         """Run with `arrays` bound in place; the outputs, or None when an input needs
@@ -114,7 +169,7 @@ class DirectBinding:
         from hidet_framework.runtime.compiled_task import GraphInputError
 
         if out is None:
-            return [np.empty(shape, dtype) for kind, _, shape, dtype in self._outputs if kind == "fresh"]
+            return self._fresh_outputs()
         if len(out) != len(self._outputs):
             raise GraphInputError(f"out= takes {len(self._outputs)} arrays (one per graph output), got {len(out)}")
         fresh = [None] * len(self._fresh_slots)
@@ -129,3 +184,23 @@ class DirectBinding:
             if kind == "fresh" and fresh[payload] is None:
                 fresh[payload] = array
         return fresh
+
+    def _fresh_outputs(self) -> list:
+        """New output arrays, except that a large one the caller has dropped since the
+        last call (nothing but this binding refers to it) is handed out again: a fresh
+        64 MB array costs 16k page faults on first write, more than the kernel that
+        fills it on a loaded machine (onnxruntime reuses its arena the same way). An
+        array still referenced anywhere (a variable, a view, an input of this call) is
+        never reused."""
+        spares = self.__dict__.setdefault("_spares", {})
+        arrays = []
+        for n, (kind, _, shape, dtype) in enumerate(self._outputs):
+            if kind != "fresh":
+                continue
+            a = spares.pop(n, None)  # atomic under the GIL: one caller gets a spare
+            if a is None or sys.getrefcount(a) > 2:  # 2: `a` and getrefcount's argument
+                a = np.empty(shape, dtype)
+            if a.nbytes >= RECYCLE_BYTES:
+                spares[n] = a
+            arrays.append(a)
+        return arrays

@@ -2,18 +2,24 @@
 
 ``fn.save(folder)`` writes what the compiled graph runs — nothing to rebuild:
 
-- ``libs/lib<k>.so``: the built libraries its launches call;
+- ``libs/lib<k>.so`` (cpu) or ``libs/lib<k>.cubin`` (cuda): the built libraries its
+  launches call; a cuda launch also records its kernel's parameters and its launch
+  configuration (grid, block, dynamic shared memory), worked out at save time for
+  the arguments it is bound to;
 - ``weights.bin``: the constants, back to back;
 - ``plan.json``: the launch plan (per launch: library, function, signature, and each
   argument as an arena slice, a weight or a scalar), the arena size, where inputs are
   copied in and outputs read out;
-- ``manifest.json``: the format, the target kind and its fingerprint, and the SHA-256
+- ``manifest.json``: the format, the target kind, its arch and fingerprint (on cuda the
+  fingerprint covers the GPU's name, compute capability and limits), and the SHA-256
   of every other file.
 
 ``hf.load_compiled(folder)`` checks every hash and that this machine's target has the
 same fingerprint (a library built with ``-march=native`` elsewhere could fault here),
-then loads the libraries and binds the plan: no codegen, no compiler, no tuner.
-Saving is supported for targets whose arena is host memory (the CPU).
+then loads the libraries (cubins through cuModuleLoadData) and binds the plan: no
+codegen, no compiler, no tuner. A cuda model loads only on a GPU whose target has the
+same fingerprint: a cubin for sm_90 must not be loaded on another GPU, and the
+launch configurations were chosen for that GPU's limits.
 """
 from __future__ import annotations
 
@@ -45,8 +51,19 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+def _address(a: Any) -> int:
+    """Where an array's data lies: numpy (host) or a device array (``.ptr``)."""
+    if isinstance(a, np.ndarray):
+        return a.__array_interface__["data"][0]
+    return int(a.ptr)
+
+
+def _nbytes(a: Any) -> int:
+    return int(a.nbytes) if hasattr(a, "nbytes") else int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize
+
+
+def _is_array(a: Any) -> bool:
+    return isinstance(a, np.ndarray) or (hasattr(a, "ptr") and hasattr(a, "shape") and hasattr(a, "dtype"))
 
 
 # ------------------------------------------------------------------ saving
@@ -54,19 +71,28 @@ def _address(a: np.ndarray) -> int:
 class _PlanWriter:
     def __init__(self, compiled: Any, folder: str) -> None:
         self.arena = compiled._arena
-        if not isinstance(self.arena, np.ndarray):
-            raise SavedModelError(f"saving a compiled graph is supported on the cpu target, not "
-                                  f"{compiled.target!r} (its memory is not host memory)")
+        if not _is_array(self.arena):
+            raise SavedModelError(f"saving a compiled graph on {compiled.target!r} is not supported: its "
+                                  f"memory is neither host memory nor a device array")
+        self.device = compiled.device
         self.folder = folder
-        self.base, self.size = _address(self.arena), self.arena.nbytes
-        self.weights: list[np.ndarray] = []
+        self.base, self.size = _address(self.arena), _nbytes(self.arena)
+        self.weights: list[Any] = []
         self.weight_ids: dict[int, int] = {}
         self.libraries: dict[str, int] = {}
+        # a loaded kernel (cuda launcher) -> the built artifact it came from
+        self.artifacts: dict[int, str] = {}
+        for task in compiled.tasks:
+            for member in getattr(task, "members", None) or [task]:
+                path = getattr(getattr(member, "artifact", None), "path", None)
+                for fn in getattr(member, "_functions", {}).values():
+                    if path:
+                        self.artifacts[id(fn)] = path
 
     def argument(self, a: Any) -> dict:
-        if isinstance(a, np.ndarray):
+        if _is_array(a):
             pointer = _address(a)
-            if self.base <= pointer < self.base + max(self.size, 1) and a.nbytes <= self.size:
+            if self.base <= pointer < self.base + max(self.size, 1) and _nbytes(a) <= self.size:
                 return {"arena": pointer - self.base, "shape": list(a.shape), "dtype": a.dtype.name}
             if id(a) not in self.weight_ids:
                 self.weight_ids[id(a)] = len(self.weights)
@@ -78,7 +104,7 @@ class _PlanWriter:
         raise SavedModelError(f"cannot save a launch argument of type {type(a).__name__}")
 
     def library(self, fn: Any) -> int:
-        path = getattr(fn, "library", None)
+        path = getattr(fn, "library", None) or self.artifacts.get(id(fn))
         if path is None or not os.path.isfile(path):
             raise SavedModelError(f"the compiled function {getattr(fn, '__name__', fn)!r} does not say which "
                                   f"library it came from; its backend does not support saving")
@@ -100,10 +126,14 @@ def save_compiled(compiled: Any, folder: str, source: str | None = None) -> str:
     launches = []
     for fn, args in compiled._launches:
         signature = getattr(fn, "signature", None)
-        if not isinstance(signature, FunctionSignature):
+        if isinstance(signature, FunctionSignature):
+            launches.append({"library": writer.library(fn), "function": signature.name,
+                             "signature": signature.to_json(), "args": [writer.argument(a) for a in args]})
+        elif getattr(fn, "spec", None) is not None and hasattr(fn, "launch_config"):
+            launches.append({"library": writer.library(fn), "function": fn.spec.name,
+                             "kernel": _kernel_json(fn, args), "args": [writer.argument(a) for a in args]})
+        else:
             raise SavedModelError("a compiled function carries no signature; its backend does not support saving")
-        launches.append({"library": writer.library(fn), "function": signature.name,
-                         "signature": signature.to_json(), "args": [writer.argument(a) for a in args]})
     inputs = []
     for t, view in zip(compiled.graph.inputs, compiled._input_views):
         inputs.append({"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name,
@@ -112,25 +142,38 @@ def save_compiled(compiled: Any, folder: str, source: str | None = None) -> str:
     weight_table, offset = [], 0
     with open(os.path.join(folder, WEIGHTS), "wb") as f:
         for w in writer.weights:
-            data = np.asarray(w, order="C")
+            data = np.asarray(w if isinstance(w, np.ndarray) else writer.device.to_numpy(w), order="C")
             carrier = data.view(np.uint16) if data.dtype.name == "bfloat16" else data
             f.write(carrier.tobytes())
             weight_table.append({"offset": offset, "shape": list(data.shape), "dtype": carrier.dtype.name})
             offset += carrier.nbytes
+    names = {}
     for path, k in writer.libraries.items():
-        shutil.copyfile(path, os.path.join(folder, "libs", f"lib{k}.so"))
+        names[k] = f"libs/lib{k}{os.path.splitext(path)[1] or '.so'}"
+        shutil.copyfile(path, os.path.join(folder, names[k]))
     plan = {"arena_bytes": int(writer.size), "launches": launches, "inputs": inputs, "outputs": outputs,
-            "weights": weight_table, "libraries": [f"libs/lib{k}.so" for k in range(len(writer.libraries))]}
+            "weights": weight_table, "libraries": [names[k] for k in range(len(writer.libraries))]}
     with open(os.path.join(folder, PLAN), "w") as f:
         json.dump(plan, f)
     target = plugin_host().backend_for(compiled.target).detect_target()
     files = [PLAN, WEIGHTS] + plan["libraries"]
     manifest = {"format": FORMAT, "target": compiled.target, "target_arch": target.arch,
-                "target_fingerprint": target.fingerprint(), "num_launches": len(launches), "source": source,
+                "target_fingerprint": target.fingerprint(), "target_name": target.get("name"),
+                "compute_capability": target.get("compute_capability"),
+                "num_launches": len(launches), "source": source,
                 "files": {name: _sha256(os.path.join(folder, name)) for name in files}}
     with open(os.path.join(folder, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
     return folder
+
+
+def _kernel_json(fn: Any, args: Sequence[Any]) -> dict:
+    """A loaded kernel's parameters and its launch configuration for `args` (fixed:
+    the compiled graph binds every launch once)."""
+    grid, block, smem = fn.launch_config(args)
+    return {"params": [[p.name, p.kind, p.dtype, None if p.shape is None else list(p.shape)]
+                       for p in fn.spec.params],
+            "grid": list(grid), "block": list(block), "dynamic_smem": int(smem)}
 
 
 # ------------------------------------------------------------------ loading
@@ -160,6 +203,25 @@ def _read_manifest(folder: str) -> dict:
     return manifest
 
 
+def check_target(folder: str, manifest: dict, target: Any, kind: str) -> None:
+    """Refuse a model compiled for another target (arch, GPU, or CPU features)."""
+    if target.fingerprint() == manifest.get("target_fingerprint"):
+        return
+    saved_cc, here_cc = manifest.get("compute_capability"), target.get("compute_capability")
+    gpu = ""
+    if saved_cc is not None or here_cc is not None:
+        gpu = (f" (saved for {manifest.get('target_name')!r}, compute capability {_cc(saved_cc)}; this GPU is "
+               f"{target.get('name')!r}, compute capability {_cc(here_cc)})")
+    raise SavedModelError(f"{folder}: compiled for another {kind} target: arch {manifest.get('target_arch')!r}, "
+                          f"fingerprint {manifest.get('target_fingerprint')}; here arch {target.arch!r}, "
+                          f"fingerprint {target.fingerprint()}{gpu}. Its libraries may use instructions or "
+                          f"limits this machine lacks: compile the model again here")
+
+
+def _cc(value: Any) -> str:
+    return "?" if not value else ".".join(str(v) for v in value)
+
+
 def load_compiled(folder: str) -> "LoadedGraph":
     """A saved compiled model, ready to call; never compiles or tunes."""
     from hidet_framework.extension import plugin_host
@@ -173,16 +235,19 @@ def load_compiled(folder: str) -> "LoadedGraph":
     if not availability:
         raise SavedModelError(f"{folder}: compiled for {kind!r}, which is not usable here: {availability.reason}")
     target = backend.detect_target()
-    if target.fingerprint() != manifest.get("target_fingerprint"):
-        raise SavedModelError(f"{folder}: compiled for another {kind} target (arch {manifest.get('target_arch')!r}, "
-                              f"fingerprint {manifest.get('target_fingerprint')}); this machine is arch "
-                              f"{target.arch!r}, fingerprint {target.fingerprint()}. Its libraries may use "
-                              f"instructions this machine lacks: compile the model again here")
+    check_target(folder, manifest, target, kind)
     missing = [p for p in plan["libraries"] if p not in manifest["files"]] + \
         ([WEIGHTS] if plan["weights"] and WEIGHTS not in manifest["files"] else [])
     if missing:
         raise SavedModelError(f"{folder}: {', '.join(missing)} not covered by the manifest's hashes")
     return LoadedGraph(folder, plan, backend, target, kind)
+
+
+class _Named:
+    """A kernel spec (JSON data) with the name the loader groups it by."""
+
+    def __init__(self, name: str, value: dict) -> None:
+        self.name, self.value = name, value
 
 
 class LoadedGraph:
@@ -203,10 +268,15 @@ class LoadedGraph:
             self.weights.append(self.device.from_numpy(data))
         by_library: dict[int, list] = {}
         for launch in plan["launches"]:
-            by_library.setdefault(launch["library"], []).append(FunctionSignature.from_json(launch["signature"]))
+            if "kernel" in launch:  # cuda: the kernel spec as data, for the backend's load()
+                spec = dict(launch["kernel"], name=launch["function"])
+                by_library.setdefault(launch["library"], []).append(_Named(launch["function"], spec))
+            else:
+                by_library.setdefault(launch["library"], []).append(
+                    FunctionSignature.from_json(launch["signature"]))
         modules = {}
         for k, signatures in by_library.items():
-            unique = list({s.name: s for s in signatures}.values())
+            unique = [getattr(s, "value", s) for s in {s.name: s for s in signatures}.values()]
             path = os.path.join(folder, plan["libraries"][k])
             modules[k] = backend.load(Artifact(path=path, source_hash="", target=target), unique)
         self._launches = tuple((modules[launch["library"]][launch["function"]],
@@ -217,6 +287,12 @@ class LoadedGraph:
 
     def _arg(self, a: dict) -> Any:
         if "arena" in a:
+            if not isinstance(self.arena, np.ndarray):  # a device arena: a view by pointer
+                view = getattr(self.device, "view", None)
+                if view is not None:
+                    return view(self.arena, a["arena"], tuple(a["shape"]), a["dtype"])
+                return type(self.arena)(self.arena.ptr + a["arena"], tuple(a["shape"]), a["dtype"],
+                                        device_id=getattr(self.arena, "device_id", 0), owner=self.arena)
             dtype = np.dtype(a["dtype"])
             count = int(np.prod(a["shape"], dtype=np.int64))
             return self.arena[a["arena"]:a["arena"] + count * dtype.itemsize].view(dtype).reshape(a["shape"])
@@ -236,19 +312,33 @@ class LoadedGraph:
                                   f"({', '.join(f'{n}: {d}{list(s)}' for n, s, d in self.inputs)}), got {len(arrays)}")
         values = []
         for k, ((name, shape, dtype), value) in enumerate(zip(self.inputs, arrays)):
-            value = np.asarray(value)
-            if value.shape != shape or value.dtype != numpy_dtype(dtype):
+            if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray) and \
+                    not isinstance(self.arena, np.ndarray):
+                value = self.device.from_dlpack(value)  # a device tensor (torch, cupy): copied on the device
+                got = (tuple(value.shape), value.dtype.name)
+            else:
+                value = np.asarray(value)
+                got = (value.shape, numpy_dtype(dtype).name if value.dtype == numpy_dtype(dtype) else value.dtype.name)
+            if got != (tuple(shape), numpy_dtype(dtype).name) and got != (tuple(shape), dtype):
                 raise GraphInputError(f"input {k} ({name!r}): expected {dtype}{list(shape)}, got "
-                                      f"{value.dtype}{list(value.shape)}")
+                                      f"{got[1]}{list(got[0])}")
             values.append(value)
         for view, value in zip(self._input_views, values):
-            if view is not None:
+            if view is None:
+                continue
+            if isinstance(view, np.ndarray):
                 np.copyto(view, value, casting="no")
+            elif isinstance(value, np.ndarray):
+                view.copy_from_host(np.ascontiguousarray(value))
+            else:
+                view.copy_(value)
         for fn, args in self._launches:
             fn(*args)
-        outs = [np.array(values[o["input"]]) if "input" in o else np.array(self._arg(o), copy=True)
-                for o in self._outputs]
+        outs = [self._host(values[o["input"]]) if "input" in o else self._host(self._arg(o)) for o in self._outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _host(self, a: Any) -> np.ndarray:
+        return np.array(a, copy=True) if isinstance(a, np.ndarray) else self.device.to_numpy(a)
 
     def __repr__(self) -> str:
         return f"LoadedGraph({self.folder!r}, target={self.target!r}, launches={self.num_launches})"

@@ -1,6 +1,7 @@
 """The tuner: pick the fastest candidate of the templates serving an operator.
 
-Candidates are built in parallel on all cores (a fork-based process pool: the
+`tune` tunes one task; `tune_many` a whole model's tasks at once (identical tasks
+once, every task's candidates in one parallel build). Candidates are built in parallel on all cores (a fork-based process pool: the
 compilers run in the workers and fill the build cache; a failing candidate is recorded,
 not fatal), then timed in this process with the backend's device timers: every
 candidate briefly, and only those near the leader again, so tuning stops early once the
@@ -51,8 +52,27 @@ class TuningResult:
     seconds: float
     candidates: int
     failures: tuple
-    tuning_seconds: float
+    tuning_seconds: float  # with tune_many: this task's share of the shared build, plus its timing
     from_cache: bool
+
+
+@attrs.frozen
+class TuneRequest:
+    """One task to tune (see `tune`); `tune_many` takes a list of them."""
+
+    task: Any
+    attributes: Mapping[str, Any]
+    operator: str
+    target: Target
+    templates: Sequence[Template]
+    level: int
+    prepare: Callable[[Any], Any]
+    measure: Callable[[Any, int, Any], list[float]]
+    build: Optional[Callable[..., Any]] = None
+
+    def key(self) -> str:
+        return TuningCache.key(self.task.fingerprint(), self.target.fingerprint(), self.operator,
+                               [(t.name, t.version) for t in self.templates], self.level)
 
 
 # Set before the pool forks, read by the workers: nothing is pickled but the index.
@@ -60,11 +80,13 @@ _JOB: dict[str, Any] = {}
 
 
 def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
-    """(index, error or None, (ScheduledTask, prepare's result) or None)."""
-    cand: Candidate = _JOB["candidates"][index]
+    """(index, error or None, (ScheduledTask, prepare's result) or None) of item
+    `index`: a (request, candidate) pair."""
+    request, cand = _JOB["items"][index]
+    build = request.build or _template_build
     try:
-        scheduled = _JOB["build"](cand.template, _JOB["task"], _JOB["attributes"], cand.params, _JOB["target"])
-        result = (scheduled, _JOB["prepare"](scheduled))
+        scheduled = build(cand.template, request.task, request.attributes, cand.params, request.target)
+        result = (scheduled, request.prepare(scheduled))
         if _JOB["in_pool"]:  # what cannot travel back fails this candidate here, not the pool
             pickle.dumps(result)
         return index, None, result
@@ -74,13 +96,15 @@ def _prepare_one(index: int) -> tuple[int, Optional[str], Any]:
 
 def _progress():
     """A progress display on standard error (hidden when it is not a terminal or
-    HIDET_FRAMEWORK_QUIET=1)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    HIDET_FRAMEWORK_QUIET=1): done / total, time spent and time left."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
     from rich.console import Console
 
     quiet = os.environ.get("HIDET_FRAMEWORK_QUIET") == "1" or not sys.stderr.isatty()
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(file=sys.stderr), disable=quiet, transient=True)
+                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                    console=Console(file=sys.stderr), disable=quiet, transient=True)
 
 
 def candidates_of(templates: Sequence[Template], target: Target, level: int) -> list[Candidate]:
@@ -109,34 +133,94 @@ def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target
     task, attributes, params, target)` makes a candidate's schedule (default: the
     template's own build(); the driver passes ``template.build_scheduled``, which checks
     the result)."""
+    request = TuneRequest(task, attributes, operator, target, templates, level, prepare, measure, build)
+    return tune_many([request], cache, workers)[0]
+
+
+def tune_many(requests: Sequence[TuneRequest], cache: Optional[TuningCache] = None,
+              workers: Optional[int] = None, quiet_errors: bool = False) -> list:
+    """Tune every request (a whole model's tasks) at once: requests with the same key
+    (identical tasks, operator, target, templates and level) are tuned once; answers
+    in the on-disk cache are reused (a cache shared by every model compiled with the
+    same cache folder); the candidates of all the others are built in ONE parallel
+    pool (all cores busy across tasks, not one task's few candidates at a time), then
+    each task's candidates are timed here. Returns one TuningResult per request, in
+    order; with `quiet_errors`, a request whose candidates all failed gets its
+    TuningError instead of raising it."""
     started = time.perf_counter()
     cache = cache or TuningCache()
-    key = TuningCache.key(task.fingerprint(), target.fingerprint(), operator,
-                          [(t.name, t.version) for t in templates], level)
-    record = cache.get(key) if level > 0 else None
-    if record is not None:
-        template, params, why = validate_record(record, templates, target, level)
-        if template is not None:
-            return TuningResult(template, params, _number(record.get("seconds")), _count(record.get("candidates")),
-                                (), 0.0, True)
-        import warnings
+    results: dict[str, Any] = {}
+    pending: dict[str, tuple[TuneRequest, list[Candidate]]] = {}
+    for request in requests:
+        key = request.key()
+        if key in results or key in pending:
+            continue  # identical tasks are tuned once
+        cached = _from_cache(request, key, cache)
+        if cached is not None:
+            results[key] = cached
+            continue
+        try:
+            candidates = candidates_of(request.templates, request.target, request.level)
+        except TuningError as exc:
+            results[key] = exc
+            continue
+        if len(candidates) == 1:
+            c = candidates[0]
+            results[key] = TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
+        else:
+            pending[key] = (request, candidates)
+    if pending:
+        items = [(request, c) for request, candidates in pending.values() for c in candidates]
+        prepared, failures = _build_all(items, workers)
+        build_seconds = time.perf_counter() - started
+        offset = 0
+        with _progress() as progress:
+            bar = progress.add_task(f"timing the candidates of {len(pending)} tasks", total=len(pending))
+            for key, (request, candidates) in pending.items():
+                mine = {i - offset: prepared[i] for i in range(offset, offset + len(candidates)) if i in prepared}
+                errors = tuple((i - offset, f) for i, f in failures if offset <= i < offset + len(candidates))
+                offset += len(candidates)
+                share = build_seconds * len(candidates) / len(items)  # its part of the shared build
+                results[key] = _finish(request, key, candidates, mine, errors, cache, share)
+                progress.advance(bar)
+    out = []
+    for request in requests:
+        result = results[request.key()]
+        if isinstance(result, Exception) and not quiet_errors:
+            raise result
+        out.append(result)
+    return out
 
-        warnings.warn(f"tuning record {cache.path(key)} ignored and tuned again: {why}", TuningRecordWarning,
-                      stacklevel=2)
 
-    candidates = candidates_of(templates, target, level)
-    if len(candidates) == 1:
-        c = candidates[0]
-        return TuningResult(c.template, c.params, 0.0, 1, (), time.perf_counter() - started, False)
+def _from_cache(request: TuneRequest, key: str, cache: TuningCache) -> Optional[TuningResult]:
+    record = cache.get(key) if request.level > 0 else None
+    if record is None:
+        return None
+    template, params, why = validate_record(record, request.templates, request.target, request.level)
+    if template is not None:
+        return TuningResult(template, params, _number(record.get("seconds")), _count(record.get("candidates")),
+                            (), 0.0, True)
+    import warnings
 
-    prepared, failures = _build_all(task, attributes, target, candidates, prepare, workers,
-                                    build or _template_build)
+    warnings.warn(f"tuning record {cache.path(key)} ignored and tuned again: {why}", TuningRecordWarning,
+                  stacklevel=3)
+    return None
+
+
+def _finish(request: TuneRequest, key: str, candidates: list, prepared: dict, failures: tuple,
+            cache: TuningCache, build_share: float) -> Any:
+    """Time one task's built candidates, store and return the winner (or the TuningError)."""
+    started = time.perf_counter()
     if not prepared:
-        raise TuningError(f"every candidate failed to build for {operator}: {failures[:3]}")
-    times = _measure_all(prepared, measure)
+        return TuningError(f"every candidate failed to build for {request.operator}: {list(failures[:3])}")
+    try:
+        times = _measure_all(prepared, request.measure)
+    except TuningError as exc:
+        return exc
     best = min(times, key=times.get)
+    seconds = build_share + time.perf_counter() - started
     result = TuningResult(candidates[best].template, candidates[best].params, times[best], len(candidates),
-                          tuple(failures), time.perf_counter() - started, False)
+                          tuple(failures), seconds, False)
     cache.put(key, {"template": result.template.name, "version": result.template.version,
                     "params": dict(result.params), "seconds": result.seconds,
                     "candidates": result.candidates, "tuning_seconds": result.tuning_seconds})
@@ -155,19 +239,21 @@ def _template_build(template: Any, task: Any, attributes: Any, params: Any, targ
     return template.build(task, attributes, params, target)
 
 
-def _build_all(task, attributes, target, candidates, prepare, workers, build) -> tuple[dict, list[tuple[int, str]]]:
-    """({index: (ScheduledTask, prepared)} of the candidates that built, sorted failures)."""
-    workers = workers or max(1, min(len(candidates), len(os.sched_getaffinity(0))))
-    _JOB.update(task=task, attributes=attributes, target=target, candidates=candidates, prepare=prepare,
-                in_pool=workers > 1, build=build)
+def _build_all(items: list, workers: Optional[int]) -> tuple[dict, list[tuple[int, str]]]:
+    """({item index: (ScheduledTask, prepared)} of the (request, candidate) items that
+    built, sorted failures), built in one fork-based pool."""
+    workers = workers or max(1, min(len(items), len(os.sched_getaffinity(0))))
+    _JOB.update(items=items, in_pool=workers > 1)
     failures: list[tuple[int, str]] = []
     prepared: dict[int, Any] = {}
+    tasks = len({id(r) for r, _ in items})
     try:
         pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
         with _progress() as progress, pool:
-            bar = progress.add_task(f"building {len(candidates)} candidates", total=len(candidates))
+            bar = progress.add_task(f"building {len(items)} candidates of {tasks} task{'s' * (tasks > 1)}",
+                                    total=len(items))
             run = pool.imap_unordered if workers > 1 else map
-            for index, error, result in run(_prepare_one, range(len(candidates))):
+            for index, error, result in run(_prepare_one, range(len(items))):
                 if error:
                     failures.append((index, error))
                 else:

@@ -12,14 +12,28 @@ operators around one or two anchors). For every graph:
   is in exactly one row.
 
 CI runs the evaluator and cpu targets with the derandomized ``ci`` profile (200
-examples each); ``-m cuda`` runs cuda. The long run: ``FUSION_EXAMPLES=10000`` (with
-``FUSION_LOG=path``, one line per checked example is appended there).
+examples each); ``-m cuda`` runs cuda. The long run: ``FUSION_EXAMPLES=10000`` with
+``FUSION_LOG=path``: one line per checked example is appended there (``ok`` or
+``MISMATCH`` with the graph and the error), and a mismatch does not stop the run (no
+shrinking): the examples go on and the module fails at its end if any example
+mismatched. Without ``FUSION_LOG`` the first mismatch fails at once and is shrunk.
+
+    FUSION_EXAMPLES=10000 FUSION_LOG=/tmp/fusion-long.log python -m pytest -n 0 -p no:cacheprovider \
+        "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[cpu]"
+    FUSION_EXAMPLES=10000 FUSION_LOG=$OUT/fusion-long.log python -m pytest -n 0 -m cuda \
+        tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree_on_cuda
+    grep -c ' ok ' LOG; grep -c MISMATCH LOG      # the count of examples and of mismatches
+
+``tests/fusion/long_run.py`` runs several such processes side by side (different
+seeds, a time limit through ``FUSION_DEADLINE``, seconds since the epoch after which
+examples are no longer checked) and adds their counts up.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import pathlib
+import time
 import zlib
 
 import numpy as np
@@ -42,6 +56,9 @@ _SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                                             HealthCheck.function_scoped_fixture])
 
 
+_MISMATCHES: list[str] = []  # the long run's (FUSION_LOG set) mismatches, reported at the module's end
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _bounds_checked_kernels():
     """Every kernel of this module is built with bounds checks: the in-process task
@@ -50,6 +67,7 @@ def _bounds_checked_kernels():
     with PassContext(config={"bounds_check": True}):
         yield
     driver.clear_task_cache()
+    assert not _MISMATCHES, f"{len(_MISMATCHES)} examples mismatched (see FUSION_LOG):\n" + "\n".join(_MISMATCHES[:5])
 
 
 def _check_report(fused, unfused) -> None:
@@ -105,6 +123,24 @@ def _size(shape) -> int:
 
 def _property(target: str, program: dict, fx, seed: int) -> None:
     fx.need_target(target)
+    if time.time() > float(os.environ.get("FUSION_DEADLINE", "inf")):
+        return  # the long run's time is up: the remaining examples are drawn, not checked
+    log = os.environ.get("FUSION_LOG")
+    if not log:
+        _check_program(target, program, seed)
+        return
+    try:
+        _check_program(target, program, seed)
+    except Exception as exc:  # the long run: record, go on, fail at the module's end
+        line = f"{target} MISMATCH {program} {type(exc).__name__}: {' | '.join(str(exc).splitlines()[:6])}"
+        _MISMATCHES.append(line)
+    else:
+        line = f"{target} ok {program}"
+    with open(log, "a") as f:
+        f.write(line + "\n")
+
+
+def _check_program(target: str, program: dict, seed: int) -> None:
     rng = np.random.default_rng(seed)
     shapes = gp.operand_shapes(program, np)
     values = [rng.standard_normal(s).astype(np.float32) for s in [program["shape"], *shapes]]
@@ -130,9 +166,6 @@ def _property(target: str, program: dict, fx, seed: int) -> None:
         assert len(got) == len(want)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4, err_msg=f"{label}: {program}")
-    if os.environ.get("FUSION_LOG"):  # the long run counts the examples it checked
-        with open(os.environ["FUSION_LOG"], "a") as log:
-            log.write(f"{target} ok {program}\n")
 
 
 def _is_input(program: dict, k: int) -> bool:

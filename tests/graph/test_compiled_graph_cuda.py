@@ -63,9 +63,10 @@ def test_torch_tensors_through_dlpack(compiled):
     fn, reference, rng = compiled
     xv = rng.standard_normal((37, 129)).astype(np.float32)
     for tensor in (torch.from_numpy(xv).cuda(), torch.from_numpy(xv)):
-        got = fn(tensor)
+        got = fn(tensor)  # outputs follow the inputs: CUDA tensors in, CUDA tensors out
         for g, want in zip(got, reference(xv)):
-            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-4)
+            assert isinstance(g, torch.Tensor) == tensor.is_cuda
+            np.testing.assert_allclose(g.cpu().numpy() if tensor.is_cuda else g, want, rtol=1e-5, atol=1e-4)
     centered, _ = fn.run_device(torch.from_numpy(xv).cuda())
     back = torch.from_dlpack(centered)
     assert back.is_cuda and tuple(back.shape) == (37, 129)

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.graph.passes.base import GraphPassContext, Rebuilder, attributes_key
 from hidet_framework.graph.tensor import Tensor
 
 
 def _constant_key(t: Tensor) -> tuple:
-    data = t.storage
-    digest = hashlib.sha256(memoryview(data).cast("B") if data.flags.c_contiguous else data.tobytes()).hexdigest()
+    # Hashed as raw bytes through a uint8 view: memoryview() refuses dtypes without a
+    # buffer-protocol code, such as ml_dtypes' bfloat16 ('E').
+    data = np.ascontiguousarray(t.storage).reshape(-1).view(np.uint8)
+    digest = hashlib.sha256(data).hexdigest()
     return (t.dtype.name, t.shape, digest)
 
 

@@ -23,10 +23,16 @@ def register_templates(register):
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
+    from hidet_plugin_matmul.cuda_gemv import CudaGemvMatmul
+    from hidet_plugin_matmul.cuda_splitk import CudaSimtSplitKMatmul
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
 
     register("matmul.cuda_simt", CudaSimtMatmul())
     register("matmul.cuda_tensor_core", CudaTensorCoreMatmul())
     register("matmul.cuda_wgmma", CudaWgmmaMatmul())
+    register("matmul.cuda_gemv", CudaGemvMatmul())
+    register("matmul.cuda_simt_splitk", CudaSimtSplitKMatmul())
+    register("matmul.cuda_hopper_skinny", CudaHopperSkinnyMatmul())
 
 
 @hookimpl

@@ -1,5 +1,5 @@
 """The CPU template of ``matmul_prepacked`` (short M, B packed at compile time by
-`cpu_prepack.py`): GEMV for M of 1 to 4, and short GEMM up to 32 rows.
+`cpu_prepack.py`): GEMV for M of 1 to 4, and GEMM up to MAX_ROWS (512) rows.
 
     parallel over workers w:                    (task mapping spatial(workers))
         for each of w's panels p (a loop: the count grows with N):
@@ -10,8 +10,12 @@
                     streamed from memory once) times one broadcast A value per row
                     last K block: C through element stores (fusion grafts there)
 
-A is read in place (its rows are few and stay in cache); rows past M read row M-1
-again (clamped) and are never stored, so no padding copy is needed. B panels are
+A is first copied by its own launch (``_copy_a``, the only reader of A, so a fused
+prologue is grafted there and computed once per element; reading A in the
+micro-kernel, a call argument, made every prologue fail to fuse: 60 reshape and 48 add
+kernels of their own in BERT). The copy is read in place (its rows are few and stay in
+cache); rows past M read row M-1 again (clamped) and are never stored, so no padding
+copy is needed. B panels are
 contiguous ``[K, nr]`` blocks: the kernel reads the weights exactly once per call.
 
 Space (from the machine only): ``mr`` (rows per register tile, from the register
@@ -29,13 +33,16 @@ from hidet_framework.lang import (
     address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
     static_range, unroll,
 )
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cpu_prepack import PREPACKED_OPERATOR
 from hidet_plugin_matmul.cpu_space import FLOAT_BYTES, target_facts
 
 __all__ = ["CpuPrepackedMatmul", "gemv_space", "build_cpu_gemv"]
+
+
+TASKS_PER_WORKER = 4
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -121,13 +128,25 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     ku = int(params.get("ku", 4))
     workers = max(1, int(params.get("workers", facts["cores"])))
     panels = _ceil_div(n, nr)
-    workers = min(workers, panels)
+    # parallel items: TASKS_PER_WORKER per thread (one or more panels each), which the
+    # thread pool hands out dynamically (a descheduled thread holds back one item)
+    workers = min(workers * TASKS_PER_WORKER if workers > 1 else 1, panels)
     per_worker = _ceil_div(panels, workers)
     k_blocks = _ceil_div(k, kc)
     row_blocks = _ceil_div(m, mr)
     part_len = row_blocks * mr * nr if k_blocks > 1 else 1
     micro_kernel = _micro_kernel(name, vec, lanes, m, k, mr, nr, ku, k_blocks, panels, part_len)
     owner = spatial(workers)
+
+    @script
+    def matmul_cpu_gemv_copy_a(a: f32[m, k], ac: f32[m, k]):
+        # A's only reader: a fused prologue (reshape, GELU of the previous layer...) is
+        # grafted here and computed once per element, not once per B panel.
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name + "_copy_a"
+        for r in parallel(m):
+            for kk in range(k):
+                ac[r, kk] = a[r, kk]
 
     @script
     def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: f32[m, n]):
@@ -158,8 +177,10 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
                                                 if row0 + i < m and col0 + j < n:
                                                     c[row0 + i, col0 + j] = tile[i * nr + j]
 
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
-    return ScheduledTask(script_module(matmul_cpu_gemv, name=name), (launch,), source="matmul.cpu_gemv",
+    launches = (Launch(name + "_copy_a", (BufferRef("input", 0), BufferRef("workspace", 0))),
+                Launch(name, (BufferRef("workspace", 0), BufferRef("input", 1), BufferRef("output", 0))))
+    return ScheduledTask(script_module(matmul_cpu_gemv_copy_a, matmul_cpu_gemv, name=name), launches,
+                         (WorkspaceSpec("a_copy", "float32", (m, k)),), source="matmul.cpu_gemv",
                          params=dict(params))
 
 

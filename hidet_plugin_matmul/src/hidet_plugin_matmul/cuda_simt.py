@@ -91,7 +91,17 @@ def simt_space(target: Any, level: int) -> list[dict]:
     return out
 
 
-def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str):
+def simt_split_plan(k: int, bk: int, split: int) -> tuple[int, int]:
+    """(k-tiles per slice, slices actually used) when K is cut into `split` slices."""
+    k_tiles = max(1, ceil_div(k, bk))
+    tiles = ceil_div(k_tiles, split)
+    return tiles, ceil_div(k_tiles, tiles)
+
+
+def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str, split: int = 1, extra: tuple = ()):
+    """The kernel; with `split` > 1 (cuda_splitk) block z = batch * slices + slice sums
+    its slice of K into an fp32 workspace [slices, batch, M, N] (same code otherwise);
+    `extra`: more script functions for the module (the split-K reduce)."""
     from hidet_plugin_cuda.lang import blockIdx, syncthreads, threadIdx
 
     cfg = simt_config(params)
@@ -107,11 +117,21 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
     cols = sorted({j for _, j in c_tasks})
     m, n, k = ops.m, ops.n, ops.k
     k_tiles = max(1, ceil_div(k, bk))
-    a_shape, b_shape, c_shape = ops.a_shape, ops.b_shape, ops.c_shape
+    splits = 1
+    if split > 1:  # k_tiles becomes the tiles of one slice
+        k_tiles, splits = simt_split_plan(k, bk, split)
+    a_shape, b_shape = ops.a_shape, ops.b_shape
+    c_shape = ops.c_shape if splits == 1 else (splits, ops.batch, m, n)
     acc_layout = mapping_register_layout(c_map)
     # v2: guards that the shape makes always true are not emitted (M % BM, N % BN, K % BK
     # == 0: e.g. 4096^3 has no guarded load at all); the rest stay tensor-element reads
-    guard_m, guard_n, guard_k = m % bm != 0, n % bn != 0, k % bk != 0
+    guard_m, guard_n, guard_k = m % bm != 0, n % bn != 0, k % bk != 0 or k_tiles * splits * bk > k
+
+    def kofs(e):  # k offset of this block's slice (split-K)
+        return e if splits == 1 else e + blockIdx.z % splits * (k_tiles * bk)
+
+    def c_at(bz, row, col):
+        return ops.c_index(bz, row, col) if splits == 1 else (blockIdx.z % splits, bz, row, col)
 
     def load(dst, src, in_mn, in_k, g_mn, g_k):
         conds = ([in_mn] if g_mn else []) + ([in_k] if g_k else [])
@@ -123,18 +143,18 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
     def prefetch(a, b, ra, rb, bz, m0, n0, k1, ai, ak, bk0, bj):
         out = []
         for t, (i, q) in enumerate(a_tasks):
-            out.append(load(ra[t], a[ops.a_index(bz, m0 + ai + i, k1 + ak + q)], m0 + ai + i < m, k1 + ak + q < k,
-                            guard_m, guard_k))
+            out.append(load(ra[t], a[ops.a_index(bz, m0 + ai + i, kofs(k1 + ak + q))], m0 + ai + i < m,
+                            kofs(k1 + ak + q) < k, guard_m, guard_k))
         for t, (q, j) in enumerate(b_tasks):
-            out.append(load(rb[t], b[ops.b_index(bz, k1 + bk0 + q, n0 + bj + j)], n0 + bj + j < n,
-                            k1 + bk0 + q < k, guard_n, guard_k))
+            out.append(load(rb[t], b[ops.b_index(bz, kofs(k1 + bk0 + q), n0 + bj + j)], n0 + bj + j < n,
+                            kofs(k1 + bk0 + q) < k, guard_n, guard_k))
         return seq_of(out)
 
     @script
     def matmul_simt(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
-        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), ops.batch)
+        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), ops.batch * splits)
         attrs.cuda.block_dim = threads
         sa = shared_tensor(f32, [2, bk, bm + A_PAD])
         sb = shared_tensor(f32, [2, bk, bn])
@@ -144,7 +164,7 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
         ra = register_tensor(f32, [len(a_tasks)])
         rb = register_tensor(f32, [len(b_tasks)])
         tid = threadIdx.x
-        bz = blockIdx.z
+        bz = blockIdx.z if splits == 1 else blockIdx.z // splits
         m0 = blockIdx.y * bm
         n0 = blockIdx.x * bn
         ci, cj = worker_origin(c_map, tid)
@@ -154,9 +174,11 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
             acc[i, j] = 0.0
         # tile 0: global -> registers -> buffer 0
         for t, (i, kk) in enumerate(a_tasks):
-            load(ra[t], a[ops.a_index(bz, m0 + ai + i, ak + kk)], m0 + ai + i < m, ak + kk < k, guard_m, guard_k)
+            load(ra[t], a[ops.a_index(bz, m0 + ai + i, kofs(ak + kk))], m0 + ai + i < m, kofs(ak + kk) < k, guard_m,
+                 guard_k)
         for t, (kk, j) in enumerate(b_tasks):
-            load(rb[t], b[ops.b_index(bz, bk0 + kk, n0 + bj + j)], n0 + bj + j < n, bk0 + kk < k, guard_n, guard_k)
+            load(rb[t], b[ops.b_index(bz, kofs(bk0 + kk), n0 + bj + j)], n0 + bj + j < n, kofs(bk0 + kk) < k, guard_n,
+                 guard_k)
         for t, (i, kk) in enumerate(a_tasks):
             sa[0, ak + kk, ai + i] = ra[t]
         for t, (kk, j) in enumerate(b_tasks):
@@ -198,9 +220,9 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str)
                         acc[i, j] += af[kk % 2, x] * bf[kk % 2, y]
         for i, j in c_tasks:
             if m0 + ci + i < m and n0 + cj + j < n:
-                c[ops.c_index(bz, m0 + ci + i, n0 + cj + j)] = acc[i, j]
+                c[c_at(bz, m0 + ci + i, n0 + cj + j)] = acc[i, j]
 
-    return script_module(matmul_simt, name=name)
+    return script_module(matmul_simt, *extra, name=name)
 
 
 class CudaSimtMatmul(Template):

@@ -35,7 +35,7 @@ from hidet_framework.lang import attrs, local_tensor, parallel, script
 
 from .row_access import RowAccess
 
-__all__ = ["cpu_space", "RowDeal", "CORE", "combine", "finish", "init_value", "transform"]
+__all__ = ["cpu_space", "RowDeal", "tasks_for", "CORE", "combine", "finish", "init_value", "transform"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -111,6 +111,10 @@ class RowDeal:
     row count and must not be unrolled)."""
 
     def __init__(self, workers: int, count: int, order: str) -> None:
+        # `workers` threads, but TASKS_PER_WORKER times as many parallel items: the
+        # thread pool hands them out dynamically, so a thread the OS deschedules holds
+        # back one small item instead of half of the rows (hidet_plugin_cpu/thread_pool.py).
+        workers = tasks_for(workers, count)
         self.workers, self.count, self.order = workers, count, order
         self.per_worker = max(1, _ceil_div(count, workers))
         self.slots = spatial(workers)
@@ -119,8 +123,31 @@ class RowDeal:
         return slot * self.per_worker + k if self.order == "block" else k * self.workers + slot
 
 
+TASKS_PER_WORKER = 8
+
+
+def tasks_for(workers: int, count: int) -> int:
+    """Parallel items of a row kernel: up to TASKS_PER_WORKER per thread, at most one
+    per row."""
+    return max(1, min(count, workers * TASKS_PER_WORKER))
+
+
 def deal_rows(workers: int, count: int, order: str) -> RowDeal:
     return RowDeal(workers, count, order)
+
+
+def halves(lanes: int) -> list[int]:
+    """The steps of a tree combine of `lanes` accumulators (``part[j] op= part[j + h]``
+    for h = lanes/2, ..., 1): log2(lanes) dependent vector steps instead of a serial
+    chain of lanes - 1 scalar ones (a 31-step chain per row was most of a 128-wide
+    softmax row). Lanes that are not a power of two keep the chain: ``[]``."""
+    if lanes < 2 or lanes & (lanes - 1):
+        return []
+    out, h = [], lanes // 2
+    while h >= 1:
+        out.append(h)
+        h //= 2
+    return out
 
 
 # ------------------------------------------------------------------ kernels
@@ -131,12 +158,14 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
     rows = deal_rows(workers, outer, p["order"])
+    steps = halves(lanes)
+    chain = 1 if steps else lanes
 
     @script
     def reduce_rows(x: xt, y: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(rows.workers):
             part = local_tensor(adt, [lanes])
             for slot in rows.slots.on(w):
                 for k in range(rows.per_worker):
@@ -149,8 +178,11 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
                                 part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, row, rb * lanes + j)))
                         for r in range(blocks * lanes, extent):
                             part[0] = combine(core, part[0], transform(kind, acc.load(x, adt, row, r)))
+                        for h in steps:
+                            for j in range(h):
+                                part[j] = combine(core, part[j], part[j + h])
                         total = part[0]
-                        for j in range(1, lanes):
+                        for j in range(1, chain):
                             total = combine(core, total, part[j])
                         acc.store_row(y, finish(kind, total, extent), row)
 
@@ -169,7 +201,7 @@ def reduce_columns_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], nam
     def reduce_columns(x: xt, y: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(work.workers):
             part = local_tensor(adt, [lanes])
             for slot in work.slots.on(w):
                 for k in range(work.per_worker):
@@ -206,7 +238,7 @@ def arg_scan_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str
     def arg_scan(x: xt, y: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(work.workers):
             for slot in work.slots.on(w):
                 for k in range(work.per_worker):
                     item = work.row(slot, k)
@@ -230,15 +262,17 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
     rows = deal_rows(workers, outer, p["order"])
+    steps = halves(lanes)
+    chain = 1 if steps else lanes
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
-    wt = TensorType(f32, (workers * extent,))
+    wt = TensorType(f32, (rows.workers * extent,))
 
     @script
     def softmax_rows(x: xt, y: yt, ebuf: wt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(rows.workers):
             part = local_tensor(f32, [lanes])
             base = w * extent
             for slot in rows.slots.on(w):
@@ -252,8 +286,11 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                                 part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
                         for r in range(blocks * lanes, extent):
                             part[0] = maximum(part[0], acc.load(x, f32, row, r))
+                        for h in steps:
+                            for j in range(h):
+                                part[j] = maximum(part[j], part[j + h])
                         top = part[0]
-                        for j in range(1, lanes):
+                        for j in range(1, chain):
                             top = maximum(top, part[j])
                         for j in range(lanes):
                             part[j] = 0.0
@@ -266,8 +303,11 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                             e = exp(acc.load(x, f32, row, r) - top)
                             ebuf[base + r] = e
                             part[0] = part[0] + e
+                        for h in steps:
+                            for j in range(h):
+                                part[j] = part[j] + part[j + h]
                         total = part[0]
-                        for j in range(1, lanes):
+                        for j in range(1, chain):
                             total = total + part[j]
                         if log_form:
                             shift = top + log(total)

@@ -16,7 +16,8 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.schedule.template import Template
 
 from .cpu_rows import (
-    arg_scan_kernel, cpu_space, deal_rows, reduce_columns_kernel, reduce_rows_kernel, softmax_rows_kernel,
+    arg_scan_kernel, cpu_space, deal_rows, halves, reduce_columns_kernel, reduce_rows_kernel, softmax_rows_kernel,
+    tasks_for,
 )
 from .row_access import FAMILIES, RowAccess, accumulator_dtype
 
@@ -30,6 +31,8 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
     rows = deal_rows(workers, outer, p["order"])
+    steps = halves(lanes)
+    chain = 1 if steps else lanes
     f32 = dtypes.float32
     centered = acc.kind != "rms_norm"
     inv_count = 1.0 / extent
@@ -38,7 +41,7 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
     def norm_rows(x: xt, scale: st, bias: bt, y: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(rows.workers):
             part = local_tensor(f32, [lanes])
             for slot in rows.slots.on(w):
                 for k in range(rows.per_worker):
@@ -54,8 +57,11 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
                                     part[j] = part[j] + (acc.load(x, f32, row, rb * lanes + j) - pivot)
                             for r in range(blocks * lanes, extent):
                                 part[0] = part[0] + (acc.load(x, f32, row, r) - pivot)
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = part[j] + part[j + h]
                             total = part[0]
-                            for j in range(1, lanes):
+                            for j in range(1, chain):
                                 total = total + part[j]
                             mean = pivot + total * inv_count
                         for j in range(lanes):
@@ -67,8 +73,11 @@ def _norm_rows(acc: RowAccess, xt, st, bt, yt, p: Mapping[str, Any], name: str, 
                         for r in range(blocks * lanes, extent):
                             d = acc.load(x, f32, row, r) - mean
                             part[0] = part[0] + d * d
+                        for h in steps:
+                            for j in range(h):
+                                part[j] = part[j] + part[j + h]
                         sq = part[0]
-                        for j in range(1, lanes):
+                        for j in range(1, chain):
                             sq = sq + part[j]
                         rstd = rsqrt(sq * inv_count + epsilon)
                         for r in range(extent):
@@ -94,7 +103,7 @@ def _scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, exclusiv
     def scan_rows(x: xt, y: yt):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(work.workers):
             run = local_tensor(adt, [width])
             for slot in work.slots.on(w):
                 for k in range(work.per_worker):
@@ -147,7 +156,7 @@ def build_cpu(operator: str, task: Any, attributes: Mapping[str, Any], params: M
     elif family == "softmax":
         fn = softmax_rows_kernel(acc, xt, yt, params, name)
         module = script_module(fn, name=name)
-        workspace = (WorkspaceSpec("exp_rows", "float32", (int(params["workers"]) * acc.extent,)),)
+        workspace = (WorkspaceSpec("exp_rows", "float32", (tasks_for(int(params["workers"]), acc.outer) * acc.extent,)),)
         buffers.append(BufferRef("workspace", 0))
     else:
         has_bias = len(task.inputs) == 3

@@ -35,8 +35,21 @@ def test_golden_scale_kernel():
     assert function_text(source, "scale") == textwrap.dedent("""\
         /* hidet function: scale */
         HIDET_EXPORT void scale(float* __restrict__ x, float* __restrict__ y, int32_t n) {
-            #pragma omp parallel for schedule(static)
-            for (int32_t i = 0; i < n; ++i) {
+            {
+                struct scale_par0_ctx hidet_ctx = {x, y};
+                hidet_parallel_for(scale_par0_task, &hidet_ctx, (int64_t)(n), 32768);
+            }
+        }
+        """)
+    # the loop itself: outlined over an iteration range, the parameters still restrict
+    assert function_text(source, "scale (parallel loop 0)") == textwrap.dedent("""\
+        /* hidet function: scale (parallel loop 0) */
+        struct scale_par0_ctx {
+            float* x;
+            float* y;
+        };
+        static __attribute__((noinline)) void scale_par0(float* __restrict__ x, float* __restrict__ y, int64_t hidet_begin, int64_t hidet_end) {
+            for (int32_t i = (int32_t)hidet_begin; i < (int32_t)hidet_end; ++i) {
                 if (i % 2 == 0) {
                     {
                         const float t = x[i] * 0.5f;
@@ -46,6 +59,10 @@ def test_golden_scale_kernel():
                     y[i] = -x[i];
                 }
             }
+        }
+        static void scale_par0_task(void* c, int64_t b, int64_t e) {
+            struct scale_par0_ctx* k = (struct scale_par0_ctx*)c;
+            scale_par0(k->x, k->y, b, e);
         }
         """)
     assert "HIDET_EXPORT void scale(float* __restrict__ x, float* __restrict__ y, int32_t n);" in source

@@ -346,4 +346,4 @@ def test_vector_add(cpu_backend, rng, lanes, n):
 def test_vector_add_uses_vector_types(cpu_backend):
     lowered = lower(script_module(VECTOR_ADDS[8], name="vector_add_source"), "cpu")
     source = cpu_backend.codegen(lowered, cpu_backend.detect_target())
-    assert "(float32x8_u*)&a[i]" in source and "#pragma omp parallel for" in source
+    assert "(float32x8_u*)&a[i]" in source and "hidet_parallel_for(" in source

@@ -48,7 +48,8 @@ def _packed(b, nr):
 
 
 @pytest.mark.parametrize("mkn", [(1, 1, 1), (1, 37, 101), (2, 129, 67), (3, 5, 1000), (4, 300, 17),
-                                 (5, 77, 31), (13, 41, 97), (32, 64, 257)], ids=str)
+                                 (5, 77, 31), (13, 41, 97), (32, 64, 257), (131, 769, 67), (509, 23, 1031)],
+                         ids=str)
 def test_gemv_candidates_against_float64(cpu_backend, rng, mkn):
     m, k, n = mkn
     target = cpu_backend.detect_target()
@@ -115,9 +116,10 @@ def test_compiled_graph_packs_once_and_fuses(m, k, n, batch, rng):
 def test_rule_declines_where_it_does_not_apply(rng):
     k, n = 128, 256                                    # K * N = MIN_WEIGHT_ELEMENTS
     weights = rng.standard_normal((k, n)).astype(np.float32)
-    x = hf.symbol((32, k), "float32")
+    rows = cpu_prepack.MAX_ROWS
+    x = hf.symbol((rows, k), "float32")
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, hf.constant(weights)).producer) is not None
-    x = hf.symbol((33, k), "float32")                  # 33 rows: more than MAX_ROWS
+    x = hf.symbol((rows + 1, k), "float32")            # more than MAX_ROWS
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, hf.constant(weights)).producer) is None
     x = hf.symbol((2, k), "float32")                   # small weights: packing per call is cheap
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, hf.constant(weights[:, :255])).producer) is None

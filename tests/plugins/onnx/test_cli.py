@@ -110,3 +110,16 @@ def test_core_only_install_says_no_plugin_is_installed():
     finally:
         reset_plugin_host()
     assert "no plugin is installed" in result.output and "hidet-plugin-cpu" in result.output
+
+
+def test_run_and_compile_in_float16(example, tmp_path):
+    """--dtype float16 goes through hf.compile's dtype pass; checked against the float32
+    reference at the float16 tolerance (1e-2), also after saving and loading."""
+    folder = str(tmp_path / "half")
+    result = CliRunner().invoke(main, ["run", example, "--target", "cpu", "--dtype", "float16", "--check",
+                                       "--save", folder])
+    assert result.exit_code == 0, result.output
+    assert "tolerance 0.01" in result.output and "(ok," in result.output
+    again = CliRunner().invoke(main, ["run", folder, "--check"])
+    assert again.exit_code == 0, again.output
+    assert "nothing compiled" in again.output and "tolerance 0.01" in again.output and "(ok," in again.output

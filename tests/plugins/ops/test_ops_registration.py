@@ -18,6 +18,8 @@ EXPECTED = {
     "floor", "ceil", "round", "sin", "cos", "sign", "reciprocal", "isnan", "isinf", "elu", "leaky_relu",
     "hard_sigmoid", "hard_swish", "softplus", "prelu", "mod", "tile", "gather_elements", "gather_nd", "trilu",
     "resize",
+    # attention.py (what the fuse_attention rule makes of the attention pattern)
+    "attention",
 }
 
 

@@ -19,7 +19,7 @@ import subprocess
 from hidet_framework.backend.build_cache import BuildCache
 from hidet_framework.backend.c_style import function_at, source_excerpt
 
-from .target import detect_cpu_target
+from .target import detect_cpu_target, isa_compiler_flags
 from .vector_math import available_vector_functions, link_flags
 
 __all__ = ["CFLAGS", "LDFLAGS", "CompileError", "CompilerTimeout", "compiler_identity", "build_shared_library",
@@ -124,7 +124,7 @@ def build_shared_library(source: str, *, name: str = "module", cache: BuildCache
     Raises :class:`CompileError` with the offending lines when gcc rejects the source.
     """
     cache = cache or BuildCache.default()
-    flags = list(CFLAGS) + list(extra_flags)
+    flags = list(CFLAGS) + list(isa_compiler_flags()) + list(extra_flags)
     key_parts = {
         "backend": "cpu",
         "source": source,

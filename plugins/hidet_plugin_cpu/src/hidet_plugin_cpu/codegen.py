@@ -9,22 +9,22 @@ What the output looks like::
     HIDET_EXPORT void add(float* __restrict__ a, ..., int32_t n);
     /* hidet function: add */
     HIDET_EXPORT void add(float* __restrict__ a, ..., int32_t n) {
-        #pragma omp parallel for schedule(static)
-        for (int32_t i = 0; i < n; ++i) {
-            c[i] = a[i] + b[i];
-        }
-    }
+        { struct add_par0_ctx hidet_ctx = {a, b, c};
+          hidet_parallel_for(add_par0_task, &hidet_ctx, (int64_t)(n), 32768); }
+    }                       (add_par0: the loop over [begin, end), see parallel.py)
 
 Rules:
 
 - ``public`` and ``cpu_kernel`` functions are exported (C linkage, default visibility)
   under ``c_identifier(name)``, the symbol the runtime looks up; ``device``/``host``
   helpers are ``static inline``. CUDA kernels cannot be printed here.
-- A ``ForStmt(parallel=True)`` becomes ``#pragma omp parallel for schedule(static)``:
-  the workers of a CPU-parallel task mapping become OpenMP threads, each running a
-  contiguous block of iterations. Variables declared inside the body are private to a
-  thread; the body must not write a variable declared outside it (other than tensor
-  elements each iteration owns) and must not ``break``.
+- A ``ForStmt(parallel=True)`` becomes a task of the process's thread pool: the body
+  is outlined into a function of an iteration range, its free variables captured by
+  value, and ``hidet_parallel_for`` runs chunks of iterations on the pool's threads
+  (the caller included), claimed dynamically; loops with little work stay serial
+  (``parallel.py``, ``thread_pool.py``). Variables declared inside the body are private
+  to an iteration; the body must not write a variable declared outside it (other than
+  tensor elements each iteration owns) and must not ``break``.
 - ``unroll=N`` → ``#pragma GCC unroll N``; ``unroll=True`` unrolls fully when the extent
   is a constant.
 - float16 is ``_Float16`` and bfloat16 is stored as its ``uint16_t`` bit pattern.
@@ -60,6 +60,7 @@ from hidet_framework.ir.types import PointerType, Scope
 from . import primitives as _primitives  # noqa: F401  (registers the cpu math primitives)
 from . import vector_math
 from .build import COMPILER
+from .parallel import DISPATCH, DISPATCH_NAMES, Outliner
 
 __all__ = ["CCodegen", "generate", "signatures", "public_signatures"]
 
@@ -109,6 +110,11 @@ class CCodegen(CStyleCodegen):
     def __init__(self, target: Any = None) -> None:
         super().__init__(target)
         self.vector_types: dict[str, DataType] = {}
+        self.outliner = Outliner(self)
+
+    def generate(self, module: IRModule) -> str:
+        self.outliner = Outliner(self)
+        return self.outliner.place(super().generate(module))
 
     # ------------------------------------------------------------- module level
     def entry_kinds(self) -> tuple[str, ...]:
@@ -118,6 +124,7 @@ class CCodegen(CStyleCodegen):
         names = {"HIDET_EXPORT", "hidet_bf16_to_f32", "hidet_f32_to_bf16", "hidet_f16_from_bits",
                  "hidet_assert_fail", "omp_get_thread_num", "omp_get_num_threads", "INFINITY", "NAN"}
         names |= {f"hidet_{op}_{t}" for op in ("min", "max") for t in _MINMAX_TYPES}
+        names |= set(DISPATCH_NAMES)
         for t in dtypes.SCALAR_TYPES:  # every vector typedef a module might need
             names |= {f"{t.name}x{n}{u}" for n in _VECTOR_LANES for u in ("", "_u")}
         return names
@@ -133,6 +140,8 @@ class CCodegen(CStyleCodegen):
             c = self.SCALAR_TYPE_NAMES[t]
             lines += [f"static inline {c} hidet_{op}_{t}({c} a, {c} b) {{ return b {cmp} a ? b : a; }}"
                       for op, cmp in (("min", "<"), ("max", ">"))]
+        if self.outliner.pieces:  # the thread pool's entry (parallel.py)
+            lines += DISPATCH.splitlines()
         for name, t in sorted(self.vector_types.items()):
             elem, size = self.scalar_type_name(t.element), t.nbytes
             lines += [f"typedef {elem} {name} __attribute__((vector_size({size})));",
@@ -156,10 +165,9 @@ class CCodegen(CStyleCodegen):
         raise CodegenError(f"cpu: cannot declare a variable in {scope.value} scope (only local/register)")
 
     def for_pragmas(self, s: Any) -> list[str]:
-        if s.parallel:
-            if isinstance(s.extent, Constant) and s.extent.value <= 1:
-                return []  # one iteration: starting a thread team costs more than the loop
-            return ["#pragma omp parallel for schedule(static)"]
+        if s.parallel:  # serial when the loop is too small to share (parallel.py)
+            mode, _ = self.outliner.decide(s)
+            return ["#pragma omp parallel for schedule(static)"] if mode == "openmp" else []
         if s.unroll is True:
             # A full-unroll hint is advice: past a few dozen copies it only costs compile
             # time (gcc spent minutes on a 2048-step repeat loop of a simple template).
@@ -169,6 +177,14 @@ class CCodegen(CStyleCodegen):
         if s.unroll is not None and s.unroll is not False:
             return [f"#pragma GCC unroll {max(0, min(int(s.unroll), _GCC_MAX_UNROLL))}"]
         return []
+
+    def stmt_ForStmt(self, s: Any) -> None:
+        if s.parallel:
+            mode, grain = self.outliner.decide(s)
+            if mode == "pool":  # a task of the thread pool (parallel.py)
+                self.outliner.emit_call(s, grain)
+                return
+        super().stmt_ForStmt(s)
 
     # ------------------------------------------------------------------ types
     def vector_type_name(self, t: DataType) -> str:

@@ -152,6 +152,20 @@ def signatures_of(module: Any) -> list[FunctionSignature]:
     return list(codegen.public_signatures(module))
 
 
+def _attach_thread_pool(lib: Any) -> None:
+    """Give a module with parallel loops the process's thread pool (thread_pool.py)."""
+    try:
+        setter = lib.hidet_set_parallel_for
+    except AttributeError:
+        return  # no parallel loop in this module
+    from .thread_pool import pool_function_address
+
+    address = pool_function_address()
+    if address is not None:
+        setter.argtypes, setter.restype = [ctypes.c_void_p], None
+        setter(address)
+
+
 class CpuLoadedModule(LoadedModule):
     """A shared library loaded with ctypes; functions callable with numpy arrays.
 
@@ -167,6 +181,7 @@ class CpuLoadedModule(LoadedModule):
         # The checked bytes of the file, loaded from a private copy: nothing reopens
         # `path` between the ownership/mode/hash checks and dlopen (private_files.py).
         self._lib = load_library_bytes(read_artifact(path), os.path.basename(path))
+        _attach_thread_pool(self._lib)
         self._functions: dict[str, Callable[..., None]] = {}
         for sig in signatures:
             symbol = (symbols or {}).get(sig.name) or c_identifier(sig.name)

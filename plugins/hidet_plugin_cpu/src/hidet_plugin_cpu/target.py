@@ -11,7 +11,29 @@ import platform
 
 from hidet_framework.backend.contract import Target
 
-__all__ = ["detect_cpu_target", "read_cpu_flags", "vector_bits_from_flags", "read_cache_sizes"]
+__all__ = ["detect_cpu_target", "read_cpu_flags", "vector_bits_from_flags", "read_cache_sizes", "forced_isa",
+           "isa_compiler_flags", "ISA_ENV"]
+
+# ``HIDET_FRAMEWORK_CPU_ISA=avx2`` builds AVX2 code on an AVX-512 machine (the target
+# reports 256-bit vectors and no AVX-512/AMX flags, gcc gets -mno-avx512f -mno-amx-tile),
+# to measure the AVX2 defaults without an AVX2 machine. Unset or "native": the machine.
+ISA_ENV = "HIDET_FRAMEWORK_CPU_ISA"
+_FORCED = {"avx2": (("avx512", "amx"), ("-mno-avx512f", "-mno-amx-tile"))}
+
+
+def forced_isa() -> str | None:
+    value = os.environ.get(ISA_ENV, "").strip().lower()
+    if value in ("", "native"):
+        return None
+    if value not in _FORCED:
+        raise ValueError(f"{ISA_ENV}={value!r}: expected 'native' or one of {sorted(_FORCED)}")
+    return value
+
+
+def isa_compiler_flags() -> tuple[str, ...]:
+    """gcc flags (after -march=native) that restrict code to the forced ISA."""
+    isa = forced_isa()
+    return _FORCED[isa][1] if isa else ()
 
 # Conservative defaults for a modern core when sysfs says nothing.
 DEFAULT_CACHE_BYTES = {"l1d_bytes": 32 * 1024, "l2_bytes": 512 * 1024, "l3_bytes": 8 * 1024 * 1024}
@@ -97,6 +119,11 @@ def detect_cpu_target() -> Target:
     """This machine's CPU target (read once per process)."""
     machine = platform.machine().lower()
     model, flags = read_cpu_flags()
+    isa = forced_isa()
+    if isa:
+        dropped = _FORCED[isa][0]
+        flags = tuple(f for f in flags if not f.startswith(dropped))
+        model = f"{model} [forced {isa}]"
     props = {
         "cores": usable_cores(),
         "vector_bits": vector_bits_from_flags(flags),

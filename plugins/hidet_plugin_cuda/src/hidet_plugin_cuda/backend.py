@@ -125,6 +125,12 @@ class CudaBackend(Backend):
 
     @staticmethod
     def _kernel_specs(module: Any) -> Any:
+        if isinstance(module, (list, tuple)) and module and all(isinstance(m, dict) for m in module):
+            # specs as data (a saved compiled model's plan): name, params, grid, block, dynamic_smem
+            from .kernel import ParamSpec
+
+            return [KernelSpec(m["name"], [ParamSpec(*p) for p in m["params"]], tuple(m["grid"]),
+                               tuple(m["block"]), int(m["dynamic_smem"])) for m in module]
         if isinstance(module, (KernelSpec, list, tuple, dict)):
             return module
         specs = getattr(module, "kernel_specs", None)

@@ -101,6 +101,18 @@ class CudaDevice(DeviceInterface):
         free, total = driver.call("cuMemGetInfo")
         return int(free), int(total)
 
+    def call_plan(self, launches: Sequence[tuple], sites: Any, constant: Callable[[Any], Any], *,
+                  cuda_graph: bool | str | None = None) -> Any:
+        """A compiled graph's per-call binding (`call_plan.CudaCallPlan`): zero-copy
+        inputs and outputs, launched as one CUDA graph (`cuda_graph` True or None),
+        a graph with copies through the arena ("copy"), or plain launches (False)."""
+        from .call_plan import CudaCallPlan
+
+        mode = {None: "update", True: "update", "update": "update", "copy": "copy", False: None}.get(cuda_graph, "?")
+        if mode == "?":
+            raise ValueError(f"cuda_graph must be True, False or 'copy', got {cuda_graph!r}")
+        return CudaCallPlan(launches, sites, constant, mode, self.device_id)
+
     # -- execution ------------------------------------------------------------------
     def synchronize(self) -> None:
         driver.set_current_device(self.device_id)

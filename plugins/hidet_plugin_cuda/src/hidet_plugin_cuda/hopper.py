@@ -19,7 +19,10 @@ Layout of the accumulators (fp32, per thread t of the warpgroup, warp w = t // 3
 lane l = t % 32): register 4j + e holds row 16w + l // 4 + 8 (e // 2), column
 8j + 2 (l % 4) + e % 2 of the m64 x nN tile (j < N / 8).
 
-Building any of these makes the module need sm_90a; the CUDA build picks that arch
+Below them: mbarriers and the bulk tensor copy (TMA: ``cp.async.bulk.tensor`` with a
+tensor map from ``encode_tensor_map_2d``), which are plain sm_90.
+
+Building any wgmma makes the module need sm_90a; the CUDA build picks that arch
 from the source (``nvrtc_build.needs_arch_specific``).
 """
 from __future__ import annotations
@@ -118,3 +121,138 @@ def fence_proxy_async() -> AsmStmt:
     """Make this thread's earlier shared-memory writes visible to the async proxy
     (wgmma reads through it); follow with a barrier before another thread's wgmma."""
     return AsmStmt("fence.proxy.async.shared::cta;", (), (), True, ("memory",))
+
+
+# ------------------------------------------------------- mbarriers and TMA (sm_90)
+# An mbarrier is a 64-bit word in shared memory (declare ``shared_tensor(u64, [n])``)
+# that counts arrivals and, for the bulk tensor copies, transaction bytes; a phase
+# completes when both reach zero, and waiting is by phase parity (0, 1, 0, ...).
+# The tensor memory accelerator (TMA) copies a box of a tensor described by a
+# 128-byte *tensor map* (made on the host, `encode_tensor_map_2d`) straight to shared
+# memory and signals an mbarrier with the bytes it wrote; boxes past the tensor's
+# edges are zero-filled. The tensor map is read from global memory here (a device
+# buffer written before the launch), so kernels take it as an ordinary pointer.
+
+def _shared_u32(bar: Any):
+    from .lang import cvta_to_shared
+
+    return cvta_to_shared(bar)
+
+
+def _i32(value: Any) -> Expr:
+    from hidet_framework.ir.expr import Cast, convert
+    from hidet_framework.ir.type_infer import infer_type
+
+    if isinstance(value, int):
+        return const(value, dtypes.int32)
+    value = convert(value)
+    return value if infer_type(value) in (dtypes.int32, dtypes.uint32) else Cast(value, dtypes.int32)
+
+
+def mbarrier_init(bar: Any, count: Any) -> AsmStmt:
+    """Initialise the mbarrier at `bar` (a shared u64 element) for `count` arrivals a
+    phase. One thread does it; then `fence_mbarrier_init` and a block barrier."""
+    return AsmStmt("mbarrier.init.shared::cta.b64 [%0], %1;", (), (("r", _shared_u32(bar)), ("r", _i32(count))),
+                   True, ("memory",))
+
+
+def fence_mbarrier_init() -> AsmStmt:
+    """Make initialised mbarriers visible to the async proxy (the TMA unit)."""
+    return AsmStmt("fence.mbarrier_init.release.cluster;", (), (), True, ("memory",))
+
+
+def mbarrier_arrive(bar: Any) -> AsmStmt:
+    return AsmStmt("mbarrier.arrive.shared::cta.b64 _, [%0];", (), (("r", _shared_u32(bar)),), True, ("memory",))
+
+
+def mbarrier_arrive_expect_tx(bar: Any, nbytes: Any) -> AsmStmt:
+    """Arrive and announce `nbytes` of copies that will complete on this phase."""
+    return AsmStmt("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;", (),
+                   (("r", _shared_u32(bar)), ("r", _i32(nbytes))), True, ("memory",))
+
+
+def mbarrier_wait(bar: Any, parity: Any) -> AsmStmt:
+    """Spin until the phase of parity `parity` (0 or 1, IR or host) has completed."""
+    template = ("{\n.reg .pred done;\nHF_MBAR_WAIT:\n"
+                "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                "@!done bra HF_MBAR_WAIT;\n}")
+    return AsmStmt(template, (), (("r", _shared_u32(bar)), ("r", _i32(parity))), True, ("memory",))
+
+
+def tma_load_2d(dst: Any, tensor_map: Any, bar: Any, col: Any, row: Any) -> AsmStmt:
+    """Copy the box at (`row`, `col`) (element coordinates of its first element, the
+    column innermost) of the tensor map's tensor into shared memory at `dst`
+    (aligned to 128 bytes; 1024 for a 128-byte swizzle) and complete its bytes on `bar`.
+    `tensor_map`: a pointer to the 128-byte map in global memory."""
+    from .lang import _pointer
+
+    template = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3}], [%4];")
+    inputs = (("r", _shared_u32(dst)), ("l", _pointer(tensor_map, "tma_load_2d")), ("r", _i32(col)),
+              ("r", _i32(row)), ("r", _shared_u32(bar)))
+    return AsmStmt(template, (), inputs, True, ("memory",))
+
+
+# ------------------------------------------------------------------ host: tensor maps
+TMA_DTYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "uint8": "UINT8",
+              "int32": "INT32", "float64": "FLOAT64"}
+TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+def encode_tensor_map_2d(address: int, dtype: str, rows: int, cols: int, row_pitch_bytes: int, box_rows: int,
+                         box_cols: int, swizzle_bytes: int = 0) -> bytes:
+    """The 128-byte tensor map of a row-major [rows, cols] tensor at device `address`
+    whose boxes are [box_rows, box_cols] (through the driver's cuTensorMapEncodeTiled).
+    Limits the driver checks too, said here plainly: the address and row pitch are
+    multiples of 16 bytes, a box side is at most 256 elements, and with a swizzle a box
+    row is at most the swizzle span."""
+    from .driver import check, cuda_driver, ensure_initialized
+
+    if dtype not in TMA_DTYPES:
+        raise ValueError(f"tensor maps here take {sorted(TMA_DTYPES)}, got {dtype!r}")
+    if swizzle_bytes not in TMA_SWIZZLE:
+        raise ValueError(f"swizzle must be one of {sorted(TMA_SWIZZLE)} bytes, got {swizzle_bytes}")
+    elem = dtypes.data_type(dtype).nbytes
+    if address % 16 or row_pitch_bytes % 16 or row_pitch_bytes < cols * elem:
+        raise ValueError(f"TMA needs a 16-byte aligned address and row pitch >= a row; got address "
+                         f"{address:#x}, pitch {row_pitch_bytes} for {cols} x {elem} bytes")
+    if not (0 < box_rows <= 256 and 0 < box_cols <= 256) or (box_cols * elem) % 16:
+        raise ValueError(f"box sides must be 1..256 elements and a box row a multiple of 16 bytes, got "
+                         f"[{box_rows}, {box_cols}] of {elem}-byte elements")
+    if swizzle_bytes and box_cols * elem > swizzle_bytes:
+        raise ValueError(f"a box row of {box_cols * elem} bytes exceeds the {swizzle_bytes}-byte swizzle")
+    ensure_initialized()
+    drv = cuda_driver()
+    tmap = check(drv.cuTensorMapEncodeTiled(
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{TMA_DTYPES[dtype]}"), 2, address,
+        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(row_pitch_bytes)],
+        [drv.cuuint32_t(box_cols), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{TMA_SWIZZLE[swizzle_bytes]}"),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    words = list(tmap.opaque)
+    return b"".join(int(w).to_bytes(8, "little") for w in words)
+
+
+# ------------------------------------------------------- warp specialisation (sm_90a)
+def named_barrier_sync(barrier: Any, threads: int) -> AsmStmt:
+    """``bar.sync id, threads``: wait until `threads` threads (a multiple of 32) of the
+    block reach barrier `barrier` (1..15; 0 is __syncthreads'). Lets the consumer
+    warpgroups of a warp-specialised kernel synchronise without the producer warp."""
+    if not isinstance(threads, int) or threads <= 0 or threads % 32:
+        raise ValueError(f"named_barrier_sync: threads must be a positive multiple of 32, got {threads!r}")
+    if isinstance(barrier, int) and not 1 <= barrier <= 15:
+        raise ValueError(f"named_barrier_sync: barrier ids 1..15 (0 is the block's), got {barrier}")
+    return AsmStmt("bar.sync %0, %1;", (), (("r", _i32(barrier)), ("r", _i32(threads))), True, ("memory",))
+
+
+def setmaxnreg(registers: int, increase: bool) -> AsmStmt:
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32``: move this warpgroup's register budget
+    (a multiple of 8 in 24..256) up (consumers) or down (the producer). Takes effect only
+    with a register cap at entry (``__launch_bounds__(threads, 1)``) and each role one
+    branch of a single if/else (HOPPER.md); needs sm_90a."""
+    if not isinstance(registers, int) or registers % 8 or not 24 <= registers <= 256:
+        raise ValueError(f"setmaxnreg: a multiple of 8 in 24..256, got {registers!r}")
+    return AsmStmt(f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 {registers};", (), (), True,
+                   ("memory",))

@@ -13,13 +13,16 @@ from typing import Callable
 
 from hidet_framework.extension import hookimpl
 
-from . import activations, binary, conv, index_ops, pooling, rewrites, rules_fold_conv2d, shape_layout, shape_select, unary
+from . import (
+    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_fold_conv2d, shape_layout,
+    shape_select, unary,
+)
 
 
 def operators() -> dict[str, Callable]:
     """Every operator this plugin registers, by name."""
     table: dict[str, Callable] = {}
-    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops):
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention):
         for name, fn in family.OPERATORS.items():
             if name in table:
                 raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")
@@ -35,13 +38,17 @@ def register_operators(register) -> None:
 
 @hookimpl
 def register_passes(register) -> None:
-    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES):
+    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES, *rules_attention.RULES):
         register(rule.name, rule)
 
 
 @hookimpl
 def register_templates(register) -> None:
     # depthwise conv2d has its own CPU schedule (the matmul rewrite leaves it alone)
+    from .cpu_attention import CpuAttention
     from .cpu_depthwise_conv import CpuDepthwiseConv2d
+    from .cuda_attention import CudaAttention  # imports the CUDA plugin's primitives only when it builds
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
+    register(CpuAttention.name, CpuAttention())
+    register(CudaAttention.name, CudaAttention())

@@ -1,0 +1,90 @@
+"""CUDA fp32 matmul with split-K on the SIMT cores: the `cuda_simt` kernel with K cut
+into slices, one block per (tile, slice), partial sums in an fp32 workspace
+[slices, batch, M, N] and a second launch that adds them and writes C (guarded
+tensor-element stores: a graftable epilogue).
+
+Why: with few rows (M of 16 to a few hundred) the plain SIMT grid has only
+``ceil(M / BM) * ceil(N / BN)`` blocks (32 for 128 x 4096 with 128 x 128 tiles), a
+quarter of the H200's 132 SMs; cutting K fills the machine while each block still
+streams 16-deep tiles through shared memory. The space: the SIMT thread tiles with the
+fewest rows per block (what short M needs), times split factors 2 to 16.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.template import Template
+
+from hidet_plugin_matmul.cuda_matmul_common import task_dtype
+from hidet_plugin_matmul.cuda_simt import _legal, build_simt_module, simt_config, simt_split_plan
+from hidet_plugin_matmul.operators import MatmulOperands
+
+MIN_K = 512  # below this a slice is too short to pay for the second launch
+SPLITS = (2, 4, 8, 16)
+DEFAULT = {"thread_m": 4, "thread_n": 8, "warps_m": 2, "warps_n": 2, "lanes_m": 4, "lanes_n": 8,
+           "block_k": 16, "split_k": 4}
+
+
+def splitk_space(target: Any, level: int) -> list[dict]:
+    if level == 0:
+        return [DEFAULT]
+    out = [DEFAULT]
+    tiles = []
+    for tm, tn in ((4, 8), (4, 4), (8, 8), (8, 4)):
+        for wm, wn in ((1, 4), (2, 2), (2, 4)):
+            for bk in (8, 16):
+                p = {"thread_m": tm, "thread_n": tn, "warps_m": wm, "warps_n": wn, "lanes_m": 4,
+                     "lanes_n": 8, "block_k": bk}
+                if _legal(p, target):
+                    tiles.append(p)
+    # short M first: the fewest rows per block, then the most work per thread
+    tiles.sort(key=lambda p: (simt_config(p)["bm"], -p["thread_m"] * p["thread_n"], -p["block_k"]))
+    if level == 1:  # the two busiest tiles of each block height (16 to 64 rows)
+        by_rows: dict = {}
+        for p in tiles:
+            by_rows.setdefault(simt_config(p)["bm"], []).append(p)
+        tiles = [p for group in by_rows.values() for p in group[:2]]
+    for p in tiles:
+        for split in SPLITS:
+            q = dict(p, split_k=split)
+            if q not in out:
+                out.append(q)
+    return out[:30] if level == 1 else out
+
+
+class CudaSimtSplitKMatmul(Template):
+    """fp32 SIMT matmul with split-K; see the module docstring."""
+
+    name = "matmul.cuda_simt_splitk"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 0  # never the level-0 default: it pays only where the grid is small
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return task_dtype(task) == "float32" and int(attributes["k"]) >= MIN_K
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return splitk_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        from hidet_framework.lang.annotations import DTypeAnnotation
+        from hidet_framework.ir.dtypes import data_type
+        from hidet_plugin_matmul.cuda_tensor_core_kernel import build_split_reduce
+
+        ops = MatmulOperands(attributes)
+        p = dict(DEFAULT, **params)
+        _, splits = simt_split_plan(ops.k, p["block_k"], p["split_k"])
+        name = (f"matmul_simt_sk_{ops.key()}_t{p['thread_m']}x{p['thread_n']}_w{p['warps_m']}x{p['warps_n']}"
+                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}_s{splits}")
+        a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if splits == 1:
+            module = build_simt_module(ops, p, name, split=1)
+            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
+        reduce = build_split_reduce(ops, DTypeAnnotation(data_type("float32")), splits, name + "_reduce")
+        module = build_simt_module(ops, p, name, split=p["split_k"], extra=(reduce,))
+        ws = BufferRef("workspace", 0)
+        workspace = (WorkspaceSpec("matmul_split_k_partials", "float32", (splits, ops.batch, ops.m, ops.n)),)
+        launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
+        return ScheduledTask(module, launches, workspace, source=self.name, params=p)
