@@ -127,7 +127,7 @@ def test_invalid_record_warning_names_the_file_and_tunes_again(cache):
 
 
 def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet(monkeypatch):
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
@@ -139,8 +139,9 @@ def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet(monkeypatch):
         p = tuner_module._progress()
         assert p.disable is (not shown), quiet
         assert p.live.transient and p.console.file is term
-        assert [type(c) for c in p.columns] == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn]
-        assert p.columns[0].text_format == "{task.description}"
+        assert [type(c) for c in p.columns] == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn,
+                                                TextColumn, TimeRemainingColumn]
+        assert p.columns[0].text_format == "{task.description}" and p.columns[4].text_format == "left"
     monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert tuner_module._progress().disable
@@ -161,7 +162,8 @@ def test_progress_names_what_it_builds_and_times(cache, monkeypatch):
 
     monkeypatch.setattr(tuner_module, "_progress", spy)
     _tune(cache, _templates(), workers=1)
-    assert seen == [("building 4 candidates", {"total": 4}), ("timing 4 candidates", {"total": 4})]
+    assert seen == [("building 4 candidates of 1 task", {"total": 4}),
+                    ("timing the candidates of 1 tasks", {"total": 1}), ("timing 4 candidates", {"total": 4})]
 
 
 def test_worker_count_is_the_candidates_or_the_cores_whichever_is_fewer(cache, monkeypatch):
@@ -243,10 +245,10 @@ def test_the_pool_worker_fails_a_result_that_cannot_travel(cache):
     # what _build_all's workers run, called here (a forked worker is not traced)
     FAKE_COSTS.update(bndW=lambda t: 1.0)
     cand = tuner_module.Candidate(FakeTemplate("bndW", [4]), {"tile": 4})
+    request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [cand.template], 1,
+                                       prepare=lambda s: (lambda: s), measure=_measure)
     for in_pool, fails in ((True, True), (False, False)):
-        tuner_module._JOB.update(task=_task(), attributes={}, target=TARGET, candidates=[cand],
-                                 prepare=lambda s: (lambda: s), in_pool=in_pool,
-                                 build=tuner_module._template_build)
+        tuner_module._JOB.update(items=[(request, cand)], in_pool=in_pool)
         try:
             index, error, result = tuner_module._prepare_one(0)
         finally:
