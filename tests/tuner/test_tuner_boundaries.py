@@ -292,3 +292,42 @@ def test_errors_name_what_is_missing(cache):
         _tune(cache, [failing], workers=1)
     assert "tile 3 does not compile" in str(info.value) and "tile 4 does not compile" not in str(info.value)
     assert len(TuningCache.key("a", "b", "c", [], 1)) == 32
+
+
+def test_tune_many_keeps_each_tasks_candidates_apart(cache, monkeypatch):
+    FAKE_COSTS.update(bndM1=lambda t: abs(t - 16) + 1.0, bndM2=lambda t: abs(t - 8) + 1.0)
+    reqs = [tuner_module.TuneRequest(_task(7), {}, "scale", TARGET, [FakeTemplate("bndM1", [4, 8, 16, 32])], 1,
+                                     prepare=lambda s: None, measure=_measure),
+            tuner_module.TuneRequest(_task(9), {}, "scale", TARGET, [FakeTemplate("bndM2", [4, 8, 16])], 1,
+                                     prepare=lambda s: None, measure=_measure)]
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
+    seen = []
+    real = tuner_module._progress
+
+    def spy():
+        p = real()
+        real_add = p.add_task
+        p.add_task = lambda text, **kw: seen.append(text) or real_add(text, **kw)
+        return p
+
+    monkeypatch.setattr(tuner_module, "_progress", spy)
+    first, second = tuner_module.tune_many(reqs, cache, workers=1)
+    assert (first.template.name, first.params, first.candidates) == ("bndM1", {"tile": 16}, 4)
+    assert (second.template.name, second.params, second.candidates) == ("bndM2", {"tile": 8}, 3)
+    assert seen[0] == "building 7 candidates of 2 tasks"
+
+
+def test_a_template_without_a_name_is_reported_as_a_question_mark():
+    class Nameless:
+        def build(self, task, attributes, params, target):
+            raise RuntimeError("no")
+
+    cand = tuner_module.Candidate(Nameless(), {"tile": 4})
+    request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [], 1, prepare=lambda s: None, measure=_measure)
+    tuner_module._JOB.update(items=[(request, cand)], in_pool=False)
+    try:
+        assert tuner_module._prepare_one(0) == (0, "? {'tile': 4}: RuntimeError: no", None)
+    finally:
+        tuner_module._JOB.clear()

@@ -16,6 +16,7 @@ from hidet_framework.ir import (
 )
 from hidet_framework.ir import dtypes
 from hidet_framework.ir import seq as SeqStmt_
+from hidet_framework.ir import seq as seq_
 from hidet_framework.ir.types import PointerType
 from hidet_plugin_cpu.codegen import CCodegen, generate, public_signatures, signatures
 
@@ -199,3 +200,25 @@ def test_literals_extents_and_declarations():
     pv = var("p", PointerType(dtypes.data_type("float32x4")))
     with pytest.raises(CodegenError, match="vector constants are not supported"):
         _source(BufferStoreStmt(pv, [0], const(1.0, "float32x4")), [pv], kind="device")
+
+
+def test_assert_calls_and_narrow_negation_print_exactly():
+    from hidet_framework.backend.c_style import CStyleCodegen
+    from hidet_framework.ir import math_functions as mf
+    from hidet_framework.ir.expr import UnaryOp
+    from hidet_framework.ir.stmt import AssertStmt
+
+    n = var("n")
+    text = _source(AssertStmt(n < 3, "n is small"), [n])
+    body = text[text.index("/* hidet function: f */"):].splitlines()
+    assert body[2] == "    if (!(n < 3)) {" and body[3].startswith("        hidet_assert_fail(") and body[4] == "    }"
+    x = var("x", "float32")
+    y = var("y", tensor_type("float32", [2]))
+    text = _source(seq_([BufferStoreStmt(y, [0], mf.exp(x) * 2.0), BufferStoreStmt(y, [1], mf.exp(x + 1.0))]), [y, x])
+    assert "y[0] = expf(x) * 2.0f;" in text and "y[1] = expf(x + 1.0f);" in text
+    x8 = var("x8", "int8")
+    z = var("z", tensor_type("int32", [1]))
+    text = _source(BufferStoreStmt(z, [0], UnaryOp("neg", x8) + 1), [z, x8])
+    assert "(int8_t)(-x8)" in text                    # -(-128) wraps in int8 before it is widened
+    with pytest.raises(CodegenError, match="^c: vector type float32x4 is not supported$"):
+        CStyleCodegen().vector_type_name(dtypes.data_type("float32x4"))
