@@ -298,7 +298,7 @@ def test_tune_many_keeps_each_tasks_candidates_apart(cache, monkeypatch):
     FAKE_COSTS.update(bndM1=lambda t: abs(t - 16) + 1.0, bndM2=lambda t: abs(t - 8) + 1.0)
     reqs = [tuner_module.TuneRequest(_task(7), {}, "scale", TARGET, [FakeTemplate("bndM1", [4, 8, 16, 32])], 1,
                                      prepare=lambda s: None, measure=_measure),
-            tuner_module.TuneRequest(_task(9), {}, "scale", TARGET, [FakeTemplate("bndM2", [4, 8, 16])], 1,
+            tuner_module.TuneRequest(_task(9), {}, "scale", TARGET, [FakeTemplate("bndM2", [4, 8, 16], fail=(4,))], 1,
                                      prepare=lambda s: None, measure=_measure)]
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
@@ -316,6 +316,8 @@ def test_tune_many_keeps_each_tasks_candidates_apart(cache, monkeypatch):
     first, second = tuner_module.tune_many(reqs, cache, workers=1)
     assert (first.template.name, first.params, first.candidates) == ("bndM1", {"tile": 16}, 4)
     assert (second.template.name, second.params, second.candidates) == ("bndM2", {"tile": 8}, 3)
+    # failures are numbered within their own task; the next task's first one is not this task's
+    assert first.failures == () and [i for i, _ in second.failures] == [0] and "tile 4" in second.failures[0][1]
     assert seen[0] == "building 7 candidates of 2 tasks"
 
 
