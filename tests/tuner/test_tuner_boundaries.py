@@ -294,7 +294,7 @@ def test_errors_name_what_is_missing(cache):
     assert len(TuningCache.key("a", "b", "c", [], 1)) == 32
 
 
-def test_tune_many_keeps_each_tasks_candidates_apart(cache, monkeypatch):
+def test_tune_many_keeps_each_tasks_candidates_and_failures_apart(cache, monkeypatch):
     FAKE_COSTS.update(bndM1=lambda t: abs(t - 16) + 1.0, bndM2=lambda t: abs(t - 8) + 1.0)
     reqs = [tuner_module.TuneRequest(_task(7), {}, "scale", TARGET, [FakeTemplate("bndM1", [4, 8, 16, 32])], 1,
                                      prepare=lambda s: None, measure=_measure),
