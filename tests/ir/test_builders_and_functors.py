@@ -155,3 +155,9 @@ def test_hash_equality_paths_and_conversions():
     sel = substitute(IfThenElse(a < 1, b, c), {c: a})
     assert sel.else_expr is a and sel.then_expr is b
     assert c in collect(DeclareStmt(b, c + 1), type(c))
+
+
+def test_visitors_reach_assigned_and_declared_variables():
+    n, m, k = var("n"), var("m"), var("k")
+    assert collect(AssignStmt(n, m + 1), type(n)) == [n, m] or set(collect(AssignStmt(n, m + 1), type(n))) == {n, m}
+    assert set(collect(DeclareStmt(k, m * 2), type(k))) == {k, m}
