@@ -333,3 +333,14 @@ def test_a_template_without_a_name_is_reported_as_a_question_mark():
         assert tuner_module._prepare_one(0) == (0, "? {'tile': 4}: RuntimeError: no", None)
     finally:
         tuner_module._JOB.clear()
+
+
+def test_tune_many_times_each_task_only_on_its_own_candidates(cache):
+    FAKE_COSTS.update(bndS1=lambda t: abs(t - 16) + 1.0, bndS2=lambda t: abs(t - 8) + 5.0)
+    reqs = [tuner_module.TuneRequest(_task(5), {}, "scale", TARGET, [FakeTemplate("bndS1", [4, 8, 16, 32])], 1,
+                                     prepare=lambda s: None, measure=_measure),
+            tuner_module.TuneRequest(_task(11), {}, "scale", TARGET, [FakeTemplate("bndS2", [4, 8, 16])], 1,
+                                     prepare=lambda s: None, measure=_measure)]
+    first, second = tuner_module.tune_many(reqs, cache, workers=1)
+    assert (first.params, first.seconds) == ({"tile": 16}, 1.0)
+    assert (second.template.name, second.params, second.seconds) == ("bndS2", {"tile": 8}, 5.0)
