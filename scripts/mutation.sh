@@ -59,7 +59,7 @@ declare -A MUTATION_GROUPS=(
   [fusion]="hidet_framework/fusion/*.py|tests/fusion/test_legality.py tests/fusion/test_legality_negative.py tests/fusion/test_fusion_boundaries.py tests/fusion/test_elementwise_chains.py tests/fusion/test_epilogue.py tests/fusion/test_prologue.py tests/fusion/test_fallbacks.py tests/fusion/test_template_graft.py"
   [graph]="hidet_framework/graph/*.py hidet_framework/graph/passes/*.py|tests/graph tests/runtime"
   [tuner]="hidet_framework/tuner/*.py|tests/tuner tests/plugins/example"
-  [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/backend/test_signature.py tests/backend/test_naming.py"
+  [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/plugins/cpu/test_thread_pool.py tests/backend/test_signature.py tests/backend/test_naming.py"
 )
 ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen)
 selected=("$@")
