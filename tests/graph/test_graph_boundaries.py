@@ -214,3 +214,27 @@ def test_given_passes_replace_the_default_pipeline_and_constants_get_default_nam
     ctx = GraphPassContext()
     assert run_graph_passes(g, ctx, passes=[]) is g and ctx.stats == {}
     assert len(run_graph_passes(g, GraphPassContext()).nodes) == 2
+
+
+def test_rewrite_rules_run_only_for_their_targets(dummy):
+    from hidet_framework.graph.passes import rewrite_patterns
+
+    class DropScale:
+        """scale(x) -> x, for the targets it names."""
+        op_names = ("scale",)
+
+        def __init__(self, targets):
+            self.targets = targets
+
+        def rewrite(self, op):
+            return [op.inputs[0]]
+
+    x = symbol((3,), name="x")
+    g = hf.trace(dummy.add(dummy.scale(x), x), inputs=[x])
+    for targets, target, kept in ((("cuda",), "cpu", 2), (("cuda",), "cuda", 1), (("cpu", "cuda"), "cpu", 1),
+                                  (None, "cpu", 1), (("cuda",), None, 2)):
+        rule = DropScale(targets)
+        if targets is None:
+            del rule.targets
+        out = rewrite_patterns(g, GraphPassContext(rewrite_rules=[rule], target=target))
+        assert len(out.nodes) == kept, (targets, target)
