@@ -31,7 +31,7 @@ def sweep(shape_text: str, dtype: str, args) -> dict:
     from hidet_framework.driver.targets import resolve_compile_target
     from hidet_framework.extension import plugin_host
     from hidet_framework.schedule.template import build_scheduled
-    from hidet_framework.tuner.tuner import Candidate, _build_all  # the tuner's own parallel build
+    from hidet_framework.tuner.tuner import Candidate, TuneRequest, _build_all  # the tuner's own build pool
     from hidet_plugin_cuda.memory import DeviceArray
     from hidet_plugin_matmul.operators import matmul_task
 
@@ -44,7 +44,9 @@ def sweep(shape_text: str, dtype: str, args) -> dict:
     cands = [Candidate(t, p) for t in plugin_host().templates.templates_for("matmul", "cuda")
              if t.name in names and t.applies(task, attrs) for p in t.space(ct.target, args.space)]
     started = time.perf_counter()
-    prepared, failures = _build_all(task, attrs, ct.target, cands, ct.build, None, build_scheduled)
+    request = TuneRequest(task, attrs, "matmul", ct.target, [], args.space, ct.build, lambda *_: [],
+                          build_scheduled)
+    prepared, failures = _build_all([(request, c) for c in cands], None)
     build_s = time.perf_counter() - started
     tdt = getattr(torch, dtype)
     a, b = torch.randn(a_shape, device="cuda", dtype=tdt), torch.randn(b_shape, device="cuda", dtype=tdt)

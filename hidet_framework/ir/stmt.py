@@ -56,7 +56,8 @@ class ForStmt(Stmt):
     """``for var in range(extent)``.
 
     :param unroll: ``None`` (no hint), ``True`` (unroll fully) or an int factor.
-    :param parallel: run iterations on parallel workers (OpenMP threads on CPU).
+    :param parallel: run iterations on parallel workers (OpenMP threads on CPU):
+        True (contiguous static shares) or "dynamic" (handed out one at a time).
     """
 
     var: Var

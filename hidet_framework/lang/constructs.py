@@ -24,7 +24,8 @@ class LoopNest:
     ``starts[d] + k * steps[d]`` for ``k in range(extents[d])``.
 
     :param unroll: ``None``, ``True`` (unroll fully) or an int factor; every level.
-    :param parallel: iterations run on parallel workers (OpenMP threads on CPU).
+    :param parallel: iterations run on parallel workers (OpenMP threads on CPU):
+        True (static shares) or "dynamic" (one iteration at a time to a free worker).
     """
 
     extents: tuple
@@ -76,10 +77,15 @@ def grid(*extents: Any, unroll: Any = None) -> LoopNest:
     return LoopNest(ext, (0,) * len(ext), (1,) * len(ext), unroll=unroll)
 
 
-def parallel(extent: Any) -> LoopNest:
+def parallel(extent: Any, schedule: str = "static") -> LoopNest:
     """``for w in parallel(n)``: iterations run on parallel workers (OpenMP threads in
-    a CPU kernel)."""
-    return LoopNest(_extents((extent,)), (0,), (1,), parallel=True)
+    a CPU kernel). ``schedule="dynamic"``: iterations are handed out one at a time to
+    whichever worker is free (OpenMP ``schedule(dynamic)``), so a descheduled thread
+    on a loaded machine delays only the iteration it holds; "static" (the default):
+    contiguous equal shares."""
+    if schedule not in ("static", "dynamic"):
+        raise ValueError(f"parallel: schedule must be 'static' or 'dynamic', got {schedule!r}")
+    return LoopNest(_extents((extent,)), (0,), (1,), parallel=True if schedule == "static" else "dynamic")
 
 
 def unroll(extent: Any, factor: Optional[int] = None) -> LoopNest:

@@ -9,6 +9,9 @@ from hidet_plugin_matmul.operators import batch_matmul, matmul
 def register_operators(register):
     register("matmul", matmul)
     register("batch_matmul", batch_matmul)
+    from hidet_plugin_matmul.cuda_conv_op import OPERATOR, conv2d_igemm
+
+    register(OPERATOR, conv2d_igemm)
 
 
 @hookimpl
@@ -33,6 +36,9 @@ def register_templates(register):
     register("matmul.cuda_gemv", CudaGemvMatmul())
     register("matmul.cuda_simt_splitk", CudaSimtSplitKMatmul())
     register("matmul.cuda_hopper_skinny", CudaHopperSkinnyMatmul())
+    from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm
+
+    register(CudaConvImplicitGemm.name, CudaConvImplicitGemm())
 
 
 @hookimpl
@@ -41,3 +47,7 @@ def register_passes(register):
     from hidet_plugin_matmul.cpu_prepack import PREPACK_RULE
 
     register(PREPACK_RULE.name, PREPACK_RULE)
+    # fp16/bf16 conv2d on cuda: one implicit-GEMM kernel (before the ops plugin's im2col rule)
+    from hidet_plugin_matmul.cuda_conv import CONV_IGEMM_RULE
+
+    register(CONV_IGEMM_RULE.name, CONV_IGEMM_RULE)

@@ -43,6 +43,8 @@ def grid3(a: int, b: int, c: int) -> list[tuple]:
 def both(x: Any, y: Any) -> Any:
     from hidet_framework.ir.expr import logical_and
 
+    if isinstance(x, bool) and isinstance(y, bool):  # host values (a gather emulated on ints)
+        return x and y
     return logical_and(x, y)
 
 

@@ -167,7 +167,8 @@ class CCodegen(CStyleCodegen):
     def for_pragmas(self, s: Any) -> list[str]:
         if s.parallel:  # serial when the loop is too small to share (parallel.py)
             mode, _ = self.outliner.decide(s)
-            return ["#pragma omp parallel for schedule(static)"] if mode == "openmp" else []
+            schedule = "dynamic" if s.parallel == "dynamic" else "static"   # lang's parallel(n, schedule=...)
+            return [f"#pragma omp parallel for schedule({schedule})"] if mode == "openmp" else []
         if s.unroll is True:
             # A full-unroll hint is advice: past a few dozen copies it only costs compile
             # time (gcc spent minutes on a 2048-step repeat loop of a simple template).

@@ -34,9 +34,9 @@ import os
 from typing import Any
 
 from hidet_framework.backend.c_style import function_marker
-from hidet_framework.ir.expr import Constant, Var
+from hidet_framework.ir.expr import Call, Constant, Var
 from hidet_framework.ir.functors import collect
-from hidet_framework.ir.stmt import DeclareStmt, ForStmt, IfStmt, LetStmt, SeqStmt, Stmt, WhileStmt
+from hidet_framework.ir.stmt import DeclareStmt, EvaluateStmt, ForStmt, IfStmt, LetStmt, SeqStmt, Stmt, WhileStmt
 from hidet_framework.ir.types import PointerType, TensorType
 
 __all__ = ["SERIAL_WORK", "GRAIN_WORK", "DISPATCH", "loop_work", "use_pool", "Outliner"]
@@ -75,24 +75,27 @@ def use_pool() -> bool:
     return os.environ.get("HIDET_FRAMEWORK_CPU_PARALLEL", "pool").strip().lower() != "openmp"
 
 
-def loop_work(s: Stmt | None) -> int:
+def loop_work(s: Stmt | None, callees: dict | None = None) -> int:
     """Iterations of the innermost statements per execution of `s` (an estimate:
-    products of loop extents, the larger branch of an if)."""
+    products of loop extents, the larger branch of an if; a call statement of a
+    function of the module counts that function's own work, from `callees`)."""
     if s is None:
         return 0
     if isinstance(s, SeqStmt):
-        return max(1, sum(loop_work(x) for x in s.stmts))
+        return max(1, sum(loop_work(x, callees) for x in s.stmts))
     if isinstance(s, ForStmt):
         n = s.extent.value if isinstance(s.extent, Constant) else _SYMBOLIC_EXTENT
-        return max(1, int(n)) * max(1, loop_work(s.body))
+        return max(1, int(n)) * max(1, loop_work(s.body, callees))
     if isinstance(s, WhileStmt):
-        return _SYMBOLIC_EXTENT * max(1, loop_work(s.body))
+        return _SYMBOLIC_EXTENT * max(1, loop_work(s.body, callees))
     if isinstance(s, LetStmt):
-        return loop_work(s.body)
+        return loop_work(s.body, callees)
     if isinstance(s, IfStmt):
-        return max(loop_work(s.then_body), loop_work(s.else_body), 1)
+        return max(loop_work(s.then_body, callees), loop_work(s.else_body, callees), 1)
+    if isinstance(s, EvaluateStmt) and isinstance(s.expr, Call) and callees:
+        return max(1, callees.get(s.expr.func, 1))
     body = getattr(s, "body", None)
-    return max(1, loop_work(body)) if isinstance(body, Stmt) else 1
+    return max(1, loop_work(body, callees)) if isinstance(body, Stmt) else 1
 
 
 def _bound_inside(body: Stmt) -> set:
@@ -110,12 +113,23 @@ class Outliner:
         self.pieces: list[str] = []  # outlined C, placed after the prototypes
         self.depth = 0               # > 0 while printing an outlined body
         self.count = 0
+        self._callees: dict | None = None
+
+    def _callee_work(self) -> dict:
+        """Work of the module's device functions (a template's micro-kernel called from
+        a parallel loop carries most of the loop's work)."""
+        if self._callees is None:
+            module = getattr(self.gen, "module", None)
+            functions = getattr(module, "functions", {}) if module is not None else {}
+            self._callees = {name: loop_work(getattr(fn, "body", None)) for name, fn in functions.items()
+                             if getattr(fn, "kind", None) == "device"}
+        return self._callees
 
     def decide(self, s: ForStmt) -> tuple[str, int]:
         """("serial" | "pool" | "openmp", grain) for a parallel loop."""
         if self.depth > 0:
             return "serial", 1
-        work = loop_work(s.body)
+        work = loop_work(s.body, self._callee_work())
         if isinstance(s.extent, Constant) and (s.extent.value <= 1 or s.extent.value * work < SERIAL_WORK):
             return "serial", 1
         if not use_pool():

@@ -38,7 +38,10 @@ def register_operators(register) -> None:
 
 @hookimpl
 def register_passes(register) -> None:
-    for rule in (*rules_fold_conv2d.RULES, *rewrites.RULES, *rules_attention.RULES):
+    # cpu_conv's rule (CPU only) is tried before the im2col + matmul one: first answer wins
+    from .cpu_conv import PACK_RULE
+
+    for rule in (*rules_fold_conv2d.RULES, PACK_RULE, *rewrites.RULES, *rules_attention.RULES):
         register(rule.name, rule)
 
 
@@ -52,3 +55,7 @@ def register_templates(register) -> None:
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
     register(CpuAttention.name, CpuAttention())
     register(CudaAttention.name, CudaAttention())
+    # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)
+    from .cpu_conv_template import CpuDirectConv2d
+
+    register(CpuDirectConv2d.name, CpuDirectConv2d())

@@ -1,9 +1,12 @@
 """conv2d (NCHW input, OIHW weights) and im2col, its GEMM-shaped producer.
 
 conv2d's Task is the direct definition (a reduction over input channels and the
-kernel window), which the auto-scheduler can always run. Where a ``matmul`` operator
-is registered, the graph rewrite rule in `rewrites.py` replaces it by im2col (an
-injective producer, so fusion can fold it into the GEMM's loads: an implicit GEMM)
+kernel window), which the auto-scheduler can always run. On the cpu target a float32,
+ungrouped conv2d with constant weights becomes ``conv2d_packed`` (weights packed at
+compile time, the direct template of `cpu_conv_template.py`: `cpu_conv.py`); depthwise
+ones have their own schedule (`cpu_depthwise_conv.py`). Elsewhere, where a ``matmul``
+operator is registered, the graph rewrite rule in `rewrites.py` replaces it by im2col
+(an injective producer, so fusion can fold it into the GEMM's loads: an implicit GEMM)
 followed by ``matmul``.
 """
 from __future__ import annotations

@@ -1,0 +1,121 @@
+"""The implicit-GEMM convolution's gather: which image element each A-tile copy of the
+kernel (`cuda_conv_kernel`) reads, and where each output goes.
+
+Host code over ints or IR alike (Python operators, `select`, `guard`): the kernel calls
+it while tracing with registers and thread indices; the tests call it with ints and
+check, thread by thread, that the copies of every tile reproduce the im2col matrix
+(zero in the padding, past M and past K) without forming an address outside x.
+
+- Rows: before the k-loop each thread decomposes the few output pixels its copies
+  touch (its A deltas' rows) into batch index and window origin (``oh*sh - top``,
+  ``ow*sw - left``), kept in registers; a pixel past M gets origin row `FAR`, which
+  the ``ih >= 0`` check refuses.
+- Columns: per k-tile, column k = (kh, kw, c) once per distinct column delta; a copy
+  is then two adds and the bound checks the static shape leaves (none inside the
+  image of an unpadded convolution).
+- Staging (`conv_staging`): "cp" (x NHWC, C/G % 8 == 0: 16-byte chunks of 8
+  channels), "nhwc" (x NCHW, C/G % 8 == 0: the template copies x to NHWC first and
+  runs "cp" on the copy), "reg" (anything else: element reads, pixel-major threads).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from hidet_framework.mapping.task_mapping import repeat, spatial
+
+from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
+from hidet_plugin_matmul.cuda_ir_builders import guard, select
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks
+from hidet_plugin_matmul.cuda_smem_offsets import OffsetPlan, TileCopy, plan_offsets, tile_copy
+from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
+
+FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
+
+
+def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
+    if params.get("reg_stage") or geo.cg % 8:
+        return "reg"
+    return "cp" if geo.x_layout == "nhwc" else "nhwc"
+
+
+def pixel_major_copy(layout: Any, rows: int, cols: int, threads: int) -> TileCopy:
+    """The register path's A copy: consecutive threads take consecutive rows (output
+    pixels: neighbouring image columns in NCHW, so a warp's reads coalesce), each a run
+    of columns; a thread then holds the window origin of one or two pixels only
+    (``auto_map`` would give it many rows, whose origins would fill the registers)."""
+    across = min(rows, threads)
+    mapping = spatial(across, threads // across, ranks=[1, 0]) * repeat(rows // across, cols * across // threads)
+    deltas = tuple(static_tasks(mapping))
+    partial = TileCopy(mapping, 1, deltas, OffsetPlan((), ()))
+    return attrs.evolve(partial, plan=plan_offsets(layout, partial.origin, deltas, threads))
+
+
+class ConvGather:
+    """The A-operand gather and the output index of one candidate on one shape.
+    `geo` is the convolution as the main kernel reads it (x NHWC under "nhwc")."""
+
+    def __init__(self, geo: ConvGeometry, params: Mapping[str, Any]):
+        cfg = tc_config(params)
+        path = conv_staging(geo, params)
+        if path == "nhwc":
+            geo, path = attrs.evolve(geo, x_layout="nhwc"), "cp"
+        self.geo, self.async_copy = geo, path == "cp"
+        self.bm, self.bk, self.split = cfg["bm"], cfg["bk"], cfg["split"]
+        layout = smem_swizzle(self.bm, self.bk)
+        self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy
+                     else pixel_major_copy(layout, self.bm, self.bk, cfg["threads"]))
+        self.rows = sorted({di for di, _ in self.copy.deltas})
+        self.cols = sorted({dj for _, dj in self.copy.deltas})
+        self.tiles_all = max(1, ceil_div(geo.k, self.bk))
+        self.tiles = ceil_div(self.tiles_all, self.split)  # k-tiles per split slice
+        self.m_whole = geo.m % self.bm == 0
+        self.k_whole = geo.k % self.bk == 0 and self.tiles * self.split == self.tiles_all
+        (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
+        # which of ih >= 0, ih < H, iw >= 0, iw < W every tap satisfies
+        self.known = (geo.pads[0] == 0 and self.m_whole,
+                      (oh - 1) * geo.stride[0] - geo.pads[0] + (kh - 1) * geo.dilation[0] <= geo.height - 1,
+                      geo.pads[1] == 0,
+                      (ow - 1) * geo.stride[1] - geo.pads[1] + (kw - 1) * geo.dilation[1] <= geo.width - 1)
+
+    def pixel(self, p: Any) -> tuple:
+        (oh, ow) = self.geo.out_hw
+        return p // (oh * ow), p // ow % oh, p % ow
+
+    def window_origin(self, p: Any) -> tuple:
+        """(n, first image row, first image column) of pixel p's window (row FAR past M)."""
+        g = self.geo
+        n, oy, ox = self.pixel(p)
+        h0 = oy * g.stride[0] - g.pads[0]
+        return n, (h0 if self.m_whole else select(p < g.m, h0, FAR)), ox * g.stride[1] - g.pads[1]
+
+    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, aj: Any) -> list:
+        """For each A delta (di, dj) of the thread at column aj (rn/rh/rw[r]: the window
+        origin of its row r): (x element read, whether it is in the image and k < K);
+        outside, the coordinates are clamped to 0 (the copy reads nothing there)."""
+        g = self.geo
+        taps = {}
+        for dj in self.cols:
+            kk = kbase + aj + dj
+            r, q, c = g.tap(kk)
+            taps[dj] = (kk, r * g.dilation[0], q * g.dilation[1], gz * g.cg + c if g.groups > 1 else c)
+        h_lo, h_hi, w_lo, w_hi = self.known
+        out = []
+        for di, dj in self.copy.deltas:
+            kk, dh, dw, ch = taps[dj]
+            r = self.rows.index(di)
+            ih, iw = rh[r] + dh, rw[r] + dw
+            ok = guard([(h_lo, ih >= 0), (h_hi, ih < g.height), (w_lo, iw >= 0), (w_hi, iw < g.width),
+                        (self.k_whole, kk < g.k)])
+            index = g.x_index(select(ok, rn[r], 0), select(ok, ih, 0), select(ok, iw, 0), select(ok, ch, 0))
+            out.append((x[index], ok))
+        return out
+
+    def out_index(self, zs: Any, gz: Any, row: Any, col: Any) -> tuple:
+        """Where GEMM element (row, col) of group gz goes: the fp32 partials under
+        split-K, else y (NCHW or NHWC)."""
+        if self.split > 1:
+            return zs, gz, row, col
+        n, oy, ox = self.pixel(row)
+        return self.geo.y_index(n, gz * self.geo.cog + col if self.geo.groups > 1 else col, oy, ox)

@@ -1,0 +1,282 @@
+"""The implicit-GEMM convolution kernel: the tensor-core matmul kernel with its A
+operand gathered from the image (fp16 / bf16 in, fp32 accumulation, mma.sync).
+
+GEMM view (`cuda_conv_op`): A[m, k] = x at output pixel m = (n, oh, ow) and window
+tap k = (kh, kw, c), zero in the padding; B = the packed weight ``[G, Kp, Np]``; group
+g = blockIdx.z % G. Everything else is `cuda_tensor_core_kernel`'s kernel: swizzled
+shared-memory stages, ldmatrix fragments double buffered, mma.sync m16n8k16 over
+``spatial(warps_m, warps_n)`` warps, split-K into an fp32 workspace plus a reduce
+launch.
+
+The gather (no im2col tensor in memory) is `cuda_conv_gather.ConvGather`: window
+origins of the thread's output pixels in registers before the k-loop, (kh, kw, c) per
+k-tile, then per copy two adds and the bound checks the shape leaves. Staging:
+
+- ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
+  0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
+  launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
+- ``reg``: guarded element reads into registers (pixel-major threads), stored to
+  shared memory at the end of the k-tile (two buffers), as the matmul's ``reg``.
+
+Stores of y are guarded tensor-element stores at ``y[n, o, oh, ow]`` (or NHWC), so
+the fusion engine grafts bias / activation epilogues onto them.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import data_type
+from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range, u32
+from hidet_framework.lang.annotations import DTypeAnnotation
+from hidet_framework.mapping.task_mapping import spatial
+
+from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
+from hidet_plugin_matmul.cuda_ir_builders import (
+    block_tile, cp_async_tile, grid3, guard, guarded_copy, select, seq_of, store,
+)
+from hidet_plugin_matmul.cuda_conv_gather import ConvGather
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
+from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
+from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
+
+
+def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], name: str):
+    from hidet_plugin_cuda import lang as cu
+
+    cfg = tc_config(params)
+    bm, bn, bk, threads = cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"]
+    mt, nt, ks, wtm, wtn = cfg["mt"], cfg["nt"], cfg["ks"], cfg["wtm"], cfg["wtn"]
+    split = cfg["split"]
+    (oh, ow), groups, cg, cog = geo.out_hw, geo.groups, geo.cg, geo.cog
+    m, k = geo.m, geo.k
+    _, kp, np_ = geo.w_shape
+    x_geo = geo
+    gather = ConvGather(geo, params)
+    geo, async_copy = gather.geo, gather.async_copy
+    stages = cfg["stages"] if async_copy else 2
+    tiles, k_whole, m_whole = gather.tiles, gather.k_whole, gather.m_whole
+    a_size, b_size = bm * bk, bk * bn
+    dt = DTypeAnnotation(data_type(dtype))
+    sa_layout, sb_layout = smem_swizzle(bm, bk), smem_swizzle(bk, bn)
+    mma = cu.mma_sync_m16n8k16_f16_f32 if dtype == "float16" else cu.mma_sync_m16n8k16_bf16_f32
+    warp_map = spatial(params["warps_m"], params["warps_n"])
+
+    def warp_of(t):
+        wi, wj = worker_origin(warp_map, t // 32)
+        return wi * wtm, wj * wtn
+
+    def lda_origin(t):
+        return warp_of(t)[0] + t % 32 % 16, t % 32 // 16 * 8
+
+    def ldb_origin(t):
+        return t % 8 + t % 32 // 8 % 2 * 8, warp_of(t)[1] + t % 32 // 16 * 8
+
+    lda_deltas = [(mi * 16, kk * 16) for kk in range(ks) for mi in range(mt)]
+    ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
+    lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
+    ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
+    a_copy, b_copy = gather.copy, tile_copy(sb_layout, bk, bn, threads, 8 if async_copy else 1)
+    a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
+    b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
+    a_rows = gather.rows
+    grid_n, grid_m = ceil_div(cog, bn), ceil_div(m, bm)
+    n_whole = np_ % bn == 0
+    out_dt = f32 if split > 1 else dt
+    out_shape = (split, groups, m, cog) if split > 1 else geo.y_shape
+
+    # ---- host helpers emitting statements (called while tracing) ----------------
+    def load_frags(af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
+        out = []
+        for mi in range(mt):
+            base, const = lda_plan.uses[lda_deltas.index((mi * 16, kk * 16))]
+            out.append(cu.ldmatrix_x4(af[fb, mi, :], sa[stage * a_size + lda_off[base] + const]))
+        for q in range(nt // 2):
+            base, const = ldb_plan.uses[ldb_deltas.index((kk * 16, q * 16))]
+            regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
+            out.append(cu.ldmatrix_x4(regs, sb[stage * b_size + ldb_off[base] + const], trans=True))
+        return seq_of(out)
+
+    def mma_all(acc, af, bf, fb):
+        return seq_of([mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
+                       for mi in range(mt) for ni in range(nt)])
+
+    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
+        out = []
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
+            base, const = sta_plan.uses[t]
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
+        out.append(cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (kp, np_),
+                                 (k_whole, n_whole), lambda r, c: w[gz, r, c]))
+        return seq_of(out)
+
+    def load_regs(x, w, ra, rb, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
+        out = []
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
+            out.append(store(ra[t], src) if ok is True else guarded_copy(ra[t], src, ok))
+        for t, (di, dj) in enumerate(b_deltas):
+            row, col = kbase + bi + di, n0 + bj + dj
+            ok = guard([(k_whole, row < kp), (n_whole, col < np_)])
+            out.append(store(rb[t], w[gz, row, col]) if ok is True else guarded_copy(rb[t], w[gz, row, col], ok))
+        return seq_of(out)
+
+    def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
+        out = []
+        for t in range(len(a_deltas)):
+            base, const = sta_plan.uses[t]
+            out.append(store(sa[stage * a_size + sta_off[base] + const], ra[t]))
+        for t in range(len(b_deltas)):
+            base, const = stb_plan.uses[t]
+            out.append(store(sb[stage * b_size + stb_off[base] + const], rb[t]))
+        return seq_of(out)
+
+    @script
+    def conv_tc(x: dt[geo.x_shape], w: dt[geo.w_shape], out: out_dt[out_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (grid_n, grid_m, groups * split)
+        attrs.cuda.block_dim = threads
+        attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
+        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
+        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        acc = register_tensor(f32, [mt, nt, 4])
+        af = register_tensor(u32, [2, mt, 4])
+        bf = register_tensor(u32, [2, nt, 2])
+        lda_off = register_tensor(i32, [len(lda_plan.bases)])
+        ldb_off = register_tensor(i32, [len(ldb_plan.bases)])
+        sta_off = register_tensor(i32, [len(sta_plan.bases)])
+        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        rn = register_tensor(i32, [len(a_rows)])
+        rh = register_tensor(i32, [len(a_rows)])
+        rw = register_tensor(i32, [len(a_rows)])
+        tid = cu.threadIdx.x
+        gz = cu.blockIdx.z % groups
+        zs = cu.blockIdx.z // groups
+        m_tile, n_tile = block_tile(cu.blockIdx.x, cu.blockIdx.y, grid_n, grid_m, params.get("raster", 0))
+        m0 = m_tile * bm
+        n0 = n_tile * bn
+        k_begin = zs * (tiles * bk)
+        for t, e in enumerate(base_offset_exprs(sa_layout, lda_origin(tid), lda_plan)):
+            lda_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, ldb_origin(tid), ldb_plan)):
+            ldb_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
+            sta_off[t] = e
+        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
+            stb_off[t] = e
+        ai, aj = a_origin(tid)
+        bi, bj = b_origin(tid)
+        for r, di in enumerate(a_rows):
+            n_, h0, w0 = gather.window_origin(m0 + ai + di)
+            rn[r] = n_
+            rh[r] = h0
+            rw[r] = w0
+        for mi, ni, e in grid3(mt, nt, 4):
+            acc[mi, ni, e] = 0.0
+        if async_copy:
+            for s in static_range(stages - 1):
+                if s < tiles:
+                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                cu.cp_async_commit_group()
+            cu.cp_async_wait_group(stages - 2)
+        else:
+            ra = register_tensor(dt, [len(a_deltas)])
+            rb = register_tensor(dt, [len(b_deltas)])
+            load_regs(x, w, ra, rb, k_begin, n0, gz, rn, rh, rw, aj, bi, bj)
+            store_regs(sa, sb, ra, rb, sta_off, stb_off, 0)
+        cu.syncthreads()
+        load_frags(af, bf, lda_off, ldb_off, sa, sb, 0, 0, 0)
+        for kt in range(tiles):
+            stage = kt % stages
+            for kk in static_range(ks):
+                if kk == 0:
+                    if async_copy:
+                        if kt + stages - 1 < tiles:
+                            copy_tiles(x, w, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
+                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                        cu.cp_async_commit_group()
+                    else:
+                        if kt + 1 < tiles:
+                            load_regs(x, w, ra, rb, k_begin + (kt + 1) * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                if kk == ks - 1:
+                    if async_copy:
+                        cu.cp_async_wait_group(stages - 2)
+                    else:
+                        store_regs(sa, sb, ra, rb, sta_off, stb_off, 1 - stage)
+                    cu.syncthreads()
+                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, (kt + 1) % stages, 0)
+                else:
+                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
+                mma_all(acc, af, bf, kk % 2)
+        lane = tid % 32
+        wr, wc = warp_of(tid)
+        for mi, ni, e in grid3(mt, nt, 4):
+            row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
+            col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
+            if guard([(m_whole, row < m), (cog % bn == 0, col < cog)]):
+                out[gather.out_index(zs, gz, row, col)] = acc[mi, ni, e]
+
+    kernels = [conv_tc]
+    if x_geo is not geo:
+        kernels.insert(0, build_nhwc_copy(x_geo, dt, name + "_nhwc"))
+    if split > 1:
+        kernels.append(build_conv_split_reduce(geo, dt, split, name + "_reduce"))
+    return script_module(*kernels, name=name)
+
+
+def build_conv_split_reduce(geo: ConvGeometry, dt: Any, split: int, name: str):
+    """y = sum over the split slices of the fp32 partials [split, G, M, Cog], rounded once."""
+    from hidet_plugin_cuda import lang as cu
+
+    (oh, ow), groups, m, cog = geo.out_hw, geo.groups, geo.m, geo.cog
+    total = groups * m * cog
+
+    @script
+    def conv_split_reduce(ws: f32[(split, groups, m, cog)], y: dt[geo.y_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = ceil_div(total, 256)
+        attrs.cuda.block_dim = 256
+        idx = cu.blockIdx.x * 256 + cu.threadIdx.x
+        if idx < total:
+            gz = idx // (m * cog)
+            row = idx // cog % m
+            col = idx % cog
+            s: f32 = 0.0
+            for z in static_range(split):
+                s += ws[z, gz, row, col]
+            y[geo.y_index(row // (oh * ow), gz * cog + col, row // ow % oh, row % ow)] = s
+
+    return conv_split_reduce
+
+
+def build_nhwc_copy(geo: ConvGeometry, dt: Any, name: str):
+    """ws[n, h, w, c] = x[n, c, h, w] through a 32x32 shared-memory tile (coalesced
+    reads along h*w, writes along c); x is read by guarded element reads, so the fusion
+    engine grafts a prologue here."""
+    from hidet_plugin_cuda import lang as cu
+    from hidet_framework.lang import shared_tensor
+
+    n, c, h, w = geo.batch, geo.channels, geo.height, geo.width
+    hw = h * w
+
+    @script
+    def nhwc_copy(x: dt[(n, c, h, w)], ws: dt[(n, h, w, c)]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = (ceil_div(hw, 32), ceil_div(c, 32), n)
+        attrs.cuda.block_dim = 256
+        tile = shared_tensor(dt, [32, 33])
+        tx = cu.threadIdx.x % 32
+        ty = cu.threadIdx.x // 32
+        p0 = cu.blockIdx.x * 32
+        c0 = cu.blockIdx.y * 32
+        bn = cu.blockIdx.z
+        for i in static_range(4):
+            if c0 + ty + i * 8 < c and p0 + tx < hw:
+                tile[ty + i * 8, tx] = x[bn, c0 + ty + i * 8, (p0 + tx) // w, (p0 + tx) % w]
+        cu.syncthreads()
+        for i in static_range(4):
+            if p0 + ty + i * 8 < hw and c0 + tx < c:
+                ws[bn, (p0 + ty + i * 8) // w, (p0 + ty + i * 8) % w, c0 + tx] = tile[tx, ty + i * 8]
+
+    return nhwc_copy

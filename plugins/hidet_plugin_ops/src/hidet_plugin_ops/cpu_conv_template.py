@@ -1,0 +1,244 @@
+"""The CPU template of ``conv2d_packed``: direct convolution, NCHW activations, weights
+packed at compile time into ``[O/ob, C, KH, KW, ob]`` blocks (`cpu_conv.py`).
+
+It is a GEMM whose A operand is read in place: an output row segment of ``width``
+pixels times ``ob`` output channels is one register tile (``width x nv`` SIMD
+accumulators, ``nv = ob / lanes``), and each step of the reduction over (c, kh, kw)
+loads ``nv`` weight vectors (contiguous in the packed block) and broadcasts ``width``
+input values x[n, c, ih, iw0 + j*sw + kw*dw] (one or two cache lines of one input
+row; no im2col buffer, no packing, no div/mod)::
+
+    parallel over items, handed out one at a time (OpenMP schedule(dynamic)):
+        (n, output-channel block, output row) = spatial(...) task mapping of the item
+            kh range of the row (rows in the padding skipped: loop bounds)
+            for each column tile (static: positions fixed by the shape):
+                micro-kernel: width x nv accumulators over c, kh, kw; taps that
+                fall into the left/right padding are dropped while tracing (the
+                tile's position is static), so there is no check in any loop
+                y[n, o, oh, ow] = acc + bias      (element stores: epilogues graft)
+
+Columns are cut into ``ceil(OW / owb)`` tiles of balanced widths; tiles of one width
+whose taps are all inside share one micro-kernel, and a run of them is one loop (the
+code's size does not grow with the image's width). Items walk output rows innermost
+(``order="row"``: one weight block stays in L2 while the input streams) or channel
+blocks innermost (``order="block"``: the input rows stay in L1/L2 while the weights
+stream, for small weights). Items go to whichever thread is free: on a loaded machine
+a descheduled thread delays only the row it holds. Space (from the machine only):
+``owb`` from the register file, the two orders, dynamic or static shares.
+
+Fusion: x and the bias are read through element reads, y written by element stores,
+each element exactly once; the packed weights (a folded constant) are read as vectors.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import float32, vector_type
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.ir.types import PointerType
+from hidet_framework.lang import (
+    address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
+    static_range,
+)
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.tuner.template import Template
+
+from .cpu_conv import PACKED_OPERATOR, target_lanes
+from .cpu_conv_pointwise import build_pointwise, pointwise_applies
+
+__all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def max_pixels(target: Any, ob: int) -> int:
+    """Pixels per register tile: ``pixels * nv`` accumulators plus nv weight vectors and
+    a broadcast fit the vector register file (32 registers with AVX-512, 16 below)."""
+    lanes = target_lanes(target)
+    nv = max(1, ob // lanes) if ob % lanes == 0 else ob
+    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    return max(1, (registers - nv - 1) // nv)
+
+
+def conv_space(target: Any, level: int, ob: int) -> list[dict]:
+    """Candidates for weight blocks `ob` wide, the default first."""
+    top = max_pixels(target, ob)
+    # form "pixels": the pointwise GEMM form (cpu_conv_pointwise.py) where the shape
+    # allows it, the direct form elsewhere (so every candidate builds for every shape)
+    out = [{"owb": top, "order": "row", "schedule": "dynamic", "form": "pixels"}]
+    if level == 0:
+        return out
+    for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):
+        for order in ("row", "block"):
+            for schedule in ("dynamic", "static"):
+                c = {"owb": owb, "order": order, "schedule": schedule, "form": "direct"}
+                if c not in out:
+                    out.append(c)
+    out += [dict(out[0], order="block"), dict(out[0], schedule="static")]
+    return out[:30 if level == 1 else 200]
+
+
+def column_tiles(ow: int, owb: int) -> list[tuple[int, int]]:
+    """(first column, width) of each column tile: ceil(OW / owb) tiles, balanced."""
+    count = _ceil_div(ow, max(1, owb))
+    base, extra = divmod(ow, count)
+    tiles, start = [], 0
+    for t in range(count):
+        width = base + (1 if t < extra else 0)
+        tiles.append((start, width))
+        start += width
+    return tiles
+
+
+def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
+    """Per (pixel j, tap kw) of a tile at column col0: whether the input column lies
+    inside the image (a host fact, since tiles are placed while building)."""
+    sw, dw, left, w, kw = (geometry[k] for k in ("sw", "dw", "left", "w", "kw"))
+    return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
+
+
+def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
+                  x_shape: tuple, wp_shape: tuple, static_rows: bool):
+    vec_ptr = PointerType(vec)
+    c, kh, kw, sw, dw, dh = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh"))
+
+    @script
+    def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
+                  iw0: i32, kh_lo: i32, kh_hi: i32):
+        attrs.func_kind = "device"
+        attrs.func_name = key
+        acc = register_tensor(vec, [width, nv])
+        wv = register_tensor(vec, [nv])
+        for j in static_range(width):
+            for v in static_range(nv):
+                acc[j, v] = cast(0.0, vec)
+        lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
+        hi = kh if static_rows else kh_hi
+        for ci in range(c):
+            for r in range(lo, hi):
+                ih = ih0 + r * dh
+                for q in static_range(kw):
+                    for v in static_range(nv):
+                        wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                    for j in static_range(width):
+                        if valid[j][q]:
+                            xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                            for v in static_range(nv):
+                                acc[j, v] += cast(xv, vec) * wv[v]
+        for j in static_range(width):
+            for v in static_range(nv):
+                tp = cast(address_of(tile[j * ob + v * lanes]), vec_ptr)
+                tp[0] = acc[j, v]
+
+    return conv_tile
+
+
+def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
+                 name: str = "conv2d_cpu_direct") -> ScheduledTask:
+    x_shape = tuple(int(d) for d in task.inputs[0].shape)
+    wp_shape = tuple(int(d) for d in task.inputs[1].shape)
+    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    has_bias = len(task.inputs) > 2
+    n, c, h, w = x_shape
+    blocks, _, kh, kw, ob = wp_shape
+    o, oh, ow = y_shape[1], y_shape[2], y_shape[3]
+    sh, sw = attributes["stride"]
+    dh, dw = attributes["dilation"]
+    top, left = attributes["padding"][0], attributes["padding"][1]
+    lanes = target_lanes(target)
+    if ob % lanes:
+        lanes = 1
+    nv = ob // lanes
+    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
+        kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
+        return _scheduled(kernel, name, params, has_bias)
+    owb = max(1, min(int(params["owb"]), ow))
+    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
+    # every output row sees every kernel row: no top padding, the last row's window inside
+    static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
+    tiles, kernels = [], {}
+    for col0, width in column_tiles(ow, owb):
+        valid = _valid_taps(col0, width, geo)
+        key = (width, valid)
+        if key not in kernels:
+            kernels[key] = _micro_kernel(f"{name}_tile{len(kernels)}", vec, lanes, nv, ob, width, valid, geo,
+                                         x_shape, wp_shape, static_rows)
+        same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
+        if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
+            tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
+        else:
+            tiles.append([col0, width, 1, kernels[key]])
+    items = n * blocks * oh
+    # work items (n, channel block, output row) in the candidate's order: the task
+    # mapping turns an item number into its coordinates
+    row_inner = params.get("order", "row") == "row"
+    item_map = spatial(n, blocks, oh) if row_inner else spatial(n, oh, blocks)
+    schedule = params.get("schedule", "dynamic")
+    ragged = o % ob != 0
+    b_shape = (o,) if has_bias else (1,)
+
+    @script
+    def conv2d_cpu_direct(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for item in parallel(items, schedule=schedule):
+            tile = local_tensor(f32, [owb * ob])
+            for ni, u, v in item_map.on(item):
+                blk = u if row_inner else v
+                ohi = v if row_inner else u
+                ih0 = ohi * sh - top
+                kh_lo = 0
+                kh_hi = kh
+                if not static_rows:
+                    if ih0 < 0:
+                        kh_lo = (dh - 1 - ih0) / dh
+                    if h - 1 - ih0 < 0:
+                        kh_hi = 0
+                    else:
+                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                for ti in static_range(len(tiles)):
+                    width = tiles[ti][1]
+                    kernel = tiles[ti][3]
+                    for rep in range(tiles[ti][2]):
+                        col0 = tiles[ti][0] + rep * width
+                        kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                        for t in range(ob):
+                            oc = blk * ob + t
+                            if not ragged or oc < o:
+                                bias = b[oc] if has_bias else 0.0
+                                for j in range(width):
+                                    y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
+
+    return _scheduled(conv2d_cpu_direct, name, params, has_bias)
+
+
+def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], has_bias: bool) -> ScheduledTask:
+    refs = (BufferRef("input", 0), BufferRef("input", 1),
+            BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
+    workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1,)),)
+    return ScheduledTask(script_module(kernel, name=name), (Launch(name, refs),), workspace,
+                         source="ops.conv2d_cpu_direct", params=dict(params))
+
+
+class CpuDirectConv2d(Template):
+    """float32 ``conv2d_packed`` on the CPU (see the module docstring)."""
+
+    name = "ops.conv2d_cpu_direct"
+    operator = PACKED_OPERATOR
+    target = "cpu"
+    version = "1"
+    priority = 10
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        # the rewrite packs two vectors of output channels (cpu_conv.block_width)
+        return conv_space(target, level, 2 * target_lanes(target))
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        return build_direct(task, attributes, params, target)
