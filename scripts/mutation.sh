@@ -59,7 +59,7 @@ declare -A MUTATION_GROUPS=(
   [fusion]="hidet_framework/fusion/*.py|tests/fusion/test_legality.py tests/fusion/test_legality_negative.py tests/fusion/test_fusion_boundaries.py tests/fusion/test_elementwise_chains.py tests/fusion/test_epilogue.py tests/fusion/test_prologue.py tests/fusion/test_fallbacks.py tests/fusion/test_template_graft.py"
   [graph]="hidet_framework/graph/*.py hidet_framework/graph/passes/*.py|tests/graph tests/runtime"
   [tuner]="hidet_framework/tuner/*.py|tests/tuner tests/plugins/example"
-  [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/backend/test_signature.py tests/backend/test_naming.py"
+  [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/plugins/cpu/test_thread_pool.py tests/backend/test_signature.py tests/backend/test_naming.py"
 )
 ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen)
 selected=("$@")
@@ -108,6 +108,11 @@ EOF
     # a build cache that outlives the scratch copy (MUTATION_CACHE) saves recompiling
     # the C of every unchanged kernel on the next run; entries are keyed by their source
     export HIDET_FRAMEWORK_CACHE="${MUTATION_CACHE:-$work/.hf-cache}" HIDET_FRAMEWORK_QUIET=1
+    # mutmut forks each mutant from a process that has run the tests: with an OpenMP
+    # thread pool alive in it, a forked child that runs a compiled kernel waits forever
+    # on the pool's lock (seen: mutants asleep for ten minutes with no CPU time, which
+    # mutmut's CPU-time limit never ends). One thread: no pool, no deadlock.
+    export OMP_NUM_THREADS=1
     names=()
     if [ -n "$sample" ]; then
       # generate the mutants and trace the tests once (no mutant matches this name, so

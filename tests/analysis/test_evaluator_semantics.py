@@ -256,12 +256,13 @@ def test_addresses_and_dereferences():
         ev.eval_expr(Address(var("q")))
 
 
-def test_stores_convert_to_the_declared_type():
+def test_declarations_and_assignments_wrap_to_the_variable_type():
     x8, k = var("x8", "int8"), var("k")
     body = SeqStmt([DeclareStmt(x8, const(130)), DeclareStmt(k), AssignStmt(k, x8 + 0),
-                    AssignStmt(x8, k + 200), ReturnStmt(x8)])
-    fn = _fn([], body, data_type("int8"))
-    assert evaluate_function(fn) == _wrap_int(-126 + 200, T["int8"]) == 74
+                    AssignStmt(x8, k + 300), ReturnStmt(k * 1000 + x8)])
+    fn = _fn([], body, data_type("int32"))
+    # 130 -> -126 in int8; -126 + 300 = 174 -> -82 in int8
+    assert evaluate_function(fn) == -126 * 1000 - 82
     with pytest.raises(EvaluationError, match="^integer division by zero$"):
         evaluate_expr(BinaryOp("div", const(1), const(0)))
 

@@ -197,3 +197,11 @@ def test_fingerprint_sees_math_shapes_types_attributes_not_names():
     assert _fp(attrs={"axis": 1}) != base and _fp(attrs={"axis": 1}) != _fp(attrs={"axis": 2})
     assert _fp(attrs={"a": 1, "b": 2}) == _fp(attrs={"b": 2, "a": 1})
     assert _fp(attrs={"axis": 1}) != _fp(attrs={"axis": "1"})
+
+
+def test_fingerprint_sees_attribute_names_and_reductions_are_never_inlined():
+    assert _fp(attrs={"axis": 1}) != _fp(attrs={"dim": 1})
+    a, b, c = _matmul()
+    relu = compute("relu", [3, 5], lambda i, j: c[i, j] * 2.0)
+    t = Task("mm_relu", [a, b], [relu])
+    assert tensors_read(t.inlined_value(relu)) == [c]   # a reduction stays a stage of its own

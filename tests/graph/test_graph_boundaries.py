@@ -201,3 +201,40 @@ def test_python_operators_on_tensors():
         np.testing.assert_allclose(fn(xv, yv), want, rtol=1e-6)
     fn = hf.compile(hf.trace(x @ w, inputs=[x, w]), target="evaluator")
     np.testing.assert_allclose(fn(xv, wv), xv.astype(np.float64) @ wv, rtol=1e-5)
+
+
+def test_given_passes_replace_the_default_pipeline_and_constants_get_default_names(dummy):
+    from hidet_framework.graph.passes import run_graph_passes
+
+    x = symbol((3,), name="x")
+    w = constant(np.ones(3, np.float32))
+    assert w.name == f"t{w.uid}"                          # no name given: the default one
+    y = dummy.add(dummy.add(x, w), dummy.add(x, w))       # CSE would merge the two adds
+    g = hf.trace(y, inputs=[x])
+    ctx = GraphPassContext()
+    assert run_graph_passes(g, ctx, passes=[]) is g and ctx.stats == {}
+    assert len(run_graph_passes(g, GraphPassContext()).nodes) == 2
+
+
+def test_rewrite_rules_run_only_for_their_targets(dummy):
+    from hidet_framework.graph.passes import rewrite_patterns
+
+    class DropScale:
+        """scale(x) -> x, for the targets it names."""
+        op_names = ("scale",)
+
+        def __init__(self, targets):
+            self.targets = targets
+
+        def rewrite(self, op):
+            return [op.inputs[0]]
+
+    x = symbol((3,), name="x")
+    g = hf.trace(dummy.add(dummy.scale(x), x), inputs=[x])
+    for targets, target, kept in ((("cuda",), "cpu", 2), (("cuda",), "cuda", 1), (("cpu", "cuda"), "cpu", 1),
+                                  (None, "cpu", 1), (("cuda",), None, 2)):
+        rule = DropScale(targets)
+        if targets is None:
+            del rule.targets
+        out = rewrite_patterns(g, GraphPassContext(rewrite_rules=[rule], target=target))
+        assert len(out.nodes) == kept, (targets, target)

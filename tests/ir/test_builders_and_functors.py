@@ -119,3 +119,45 @@ def test_substitute_reaches_every_expression_holder():
     assert [f.name for f in mod.entry_functions()] == ["f"]
     kinds = IRModule("k", {k: Function(k, [], None, kind=k) for k in ("public", "cpu_kernel", "cuda_kernel", "device")})
     assert [f.name for f in kinds.entry_functions()] == ["public", "cpu_kernel", "cuda_kernel"]
+
+
+def test_dispatch_by_class_then_base_classes():
+    from hidet_framework.ir.functors import _Dispatch
+
+    class Names(_Dispatch):           # a fresh class: its methods are looked up, not cached
+        def visit_Expr(self, e):
+            return "expr"
+
+        def visit_Constant(self, e):
+            return "constant"
+
+    assert Names().visit(const(1)) == "constant" and Names().visit(a) == "expr" and Names().visit(None) is None
+    assert Names().visit(a + 1) == "expr"
+    with pytest.raises(TypeError, match="^Names cannot visit int$"):
+        Names().visit(3)
+
+
+def test_hash_equality_paths_and_conversions():
+    from hidet_framework.ir.equality import StructuralMismatch, assert_structural_equal, structural_hash
+    from hidet_framework.ir.expr import IfThenElse, convert, tensor_element_or_slice
+
+    c = var("c")
+    assert structural_hash((a + b) + a) != structural_hash((a + b) + b)
+    assert structural_hash({"k": 1}) != structural_hash({"k": 2})
+    with pytest.raises(StructuralMismatch, match=r"^IR differs at \[1\]: 1 vs 2$"):
+        assert_structural_equal((a, 1), (b, 2))
+    n64 = convert(np.int64(5))
+    assert n64.value == 5 and n64.dtype is dtypes.int64 and convert(np.float32(1.5)).dtype is dtypes.float32
+    assert dtypes.data_type("uint16x5").lanes == 5 and dtypes.data_type("uint16x5").element is dtypes.uint16
+    t = var("t", TensorType(dtypes.float32, (8,)))
+    with pytest.raises(ValueError, match="^tensor slices with a step are not supported$"):
+        tensor_element_or_slice(t, (slice(0, 8, 2),))
+    sel = substitute(IfThenElse(a < 1, b, c), {c: a})
+    assert sel.else_expr is a and sel.then_expr is b
+    assert c in collect(DeclareStmt(b, c + 1), type(c))
+
+
+def test_visitors_reach_assigned_and_declared_variables():
+    n, m, k = var("n"), var("m"), var("k")
+    assert collect(AssignStmt(n, m + 1), type(n)) == [n, m] or set(collect(AssignStmt(n, m + 1), type(n))) == {n, m}
+    assert set(collect(DeclareStmt(k, m * 2), type(k))) == {k, m}

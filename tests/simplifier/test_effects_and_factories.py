@@ -285,8 +285,13 @@ def test_int64_constants_stay_int64():
 def test_mixed_integer_types_are_not_redistributed():
     # re-association happens within one integer type only (wrapping is a ring per type)
     n64, x8 = var("n64", "int64"), var("x8", "int8")
-    for e in (n + (x8 + 1), (n64 + const(2, I64)) + x8, (x8 // 4) // 2):
+    for e in (n + (x8 + 1), (n64 + const(2, I64)) + x8, (x8 // 4) // 2,
+              BinaryOp("div", n64 // const(4, I64), const(2)),
+              BinaryOp("add", BinaryOp("add", x8, const(1, "int8")), n)):
         assert same_expr(simplify(e), e), e
+    # (x8 + 1) wraps in int8 before it is widened: not the same as (x8 + n) + 1
+    e = BinaryOp("add", BinaryOp("add", x8, const(1, "int8")), n)
+    assert evaluate_expr(simplify(e), {x8: 127, n: 0}) == evaluate_expr(e, {x8: 127, n: 0}) == -128
     e = BinaryOp("mul", BinaryOp("add", n64, const(1)), const(4, I64))
     assert same_expr(simplify(e), e)
     e = BinaryOp("mul", BinaryOp("add", n, const(1, I64)), const(4, I64))

@@ -140,8 +140,8 @@ def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet(monkeypatch):
         assert p.disable is (not shown), quiet
         assert p.live.transient and p.console.file is term
         assert [type(c) for c in p.columns] == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn,
-                                                TextColumn, TimeRemainingColumn]  # done / total, time left
-        assert p.columns[0].text_format == "{task.description}"
+                                                TextColumn, TimeRemainingColumn]
+        assert p.columns[0].text_format == "{task.description}" and p.columns[4].text_format == "left"
     monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert tuner_module._progress().disable
@@ -244,10 +244,9 @@ def test_the_pool_worker_fails_a_result_that_cannot_travel(cache):
     # what _build_all's workers run, called here (a forked worker is not traced)
     FAKE_COSTS.update(bndW=lambda t: 1.0)
     cand = tuner_module.Candidate(FakeTemplate("bndW", [4]), {"tile": 4})
+    request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [cand.template], 1,
+                                       prepare=lambda s: (lambda: s), measure=_measure)
     for in_pool, fails in ((True, True), (False, False)):
-        request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [cand.template], 1,
-                                           prepare=lambda s: (lambda: s), measure=_measure,
-                                           build=tuner_module._template_build)
         tuner_module._JOB.update(items=[(request, cand)], in_pool=in_pool)
         try:
             index, error, result = tuner_module._prepare_one(0)
@@ -292,3 +291,55 @@ def test_errors_name_what_is_missing(cache):
         _tune(cache, [failing], workers=1)
     assert "tile 3 does not compile" in str(info.value) and "tile 4 does not compile" not in str(info.value)
     assert len(TuningCache.key("a", "b", "c", [], 1)) == 32
+
+
+def test_tune_many_keeps_each_tasks_candidates_and_failures_apart(cache, monkeypatch):
+    FAKE_COSTS.update(bndM1=lambda t: abs(t - 16) + 1.0, bndM2=lambda t: abs(t - 8) + 1.0)
+    reqs = [tuner_module.TuneRequest(_task(7), {}, "scale", TARGET, [FakeTemplate("bndM1", [4, 8, 16, 32])], 1,
+                                     prepare=lambda s: None, measure=_measure),
+            tuner_module.TuneRequest(_task(9), {}, "scale", TARGET, [FakeTemplate("bndM2", [4, 8, 16], fail=(4,))], 1,
+                                     prepare=lambda s: None, measure=_measure)]
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
+    seen = []
+    real = tuner_module._progress
+
+    def spy():
+        p = real()
+        real_add = p.add_task
+        p.add_task = lambda text, **kw: seen.append(text) or real_add(text, **kw)
+        return p
+
+    monkeypatch.setattr(tuner_module, "_progress", spy)
+    first, second = tuner_module.tune_many(reqs, cache, workers=1)
+    assert (first.template.name, first.params, first.candidates) == ("bndM1", {"tile": 16}, 4)
+    assert (second.template.name, second.params, second.candidates) == ("bndM2", {"tile": 8}, 3)
+    # failures are numbered within their own task; the next task's first one is not this task's
+    assert first.failures == () and [i for i, _ in second.failures] == [0] and "tile 4" in second.failures[0][1]
+    assert seen[0] == "building 7 candidates of 2 tasks"
+
+
+def test_a_template_without_a_name_is_reported_as_a_question_mark():
+    class Nameless:
+        def build(self, task, attributes, params, target):
+            raise RuntimeError("no")
+
+    cand = tuner_module.Candidate(Nameless(), {"tile": 4})
+    request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [], 1, prepare=lambda s: None, measure=_measure)
+    tuner_module._JOB.update(items=[(request, cand)], in_pool=False)
+    try:
+        assert tuner_module._prepare_one(0) == (0, "? {'tile': 4}: RuntimeError: no", None)
+    finally:
+        tuner_module._JOB.clear()
+
+
+def test_tune_many_times_each_task_only_on_its_own_candidates(cache):
+    FAKE_COSTS.update(bndS1=lambda t: abs(t - 16) + 1.0, bndS2=lambda t: abs(t - 8) + 5.0)
+    reqs = [tuner_module.TuneRequest(_task(5), {}, "scale", TARGET, [FakeTemplate("bndS1", [4, 8, 16, 32])], 1,
+                                     prepare=lambda s: None, measure=_measure),
+            tuner_module.TuneRequest(_task(11), {}, "scale", TARGET, [FakeTemplate("bndS2", [4, 8, 16])], 1,
+                                     prepare=lambda s: None, measure=_measure)]
+    first, second = tuner_module.tune_many(reqs, cache, workers=1)
+    assert (first.params, first.seconds) == ({"tile": 16}, 1.0)
+    assert (second.template.name, second.params, second.seconds) == ("bndS2", {"tile": 8}, 5.0)

@@ -5,6 +5,8 @@ escaping in string literals, and the excerpt a compile error shows. Written to k
 mutants of the cpu plugin's codegen.py and backend/c_style*.py (issue 12)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hidet_framework.backend.c_style import CodegenError, c_string_literal, function_at, source_excerpt
@@ -13,6 +15,8 @@ from hidet_framework.ir import (
     minimum, module, tensor_type, var,
 )
 from hidet_framework.ir import dtypes
+from hidet_framework.ir import seq as SeqStmt_
+from hidet_framework.ir import seq as seq_
 from hidet_framework.ir.types import PointerType
 from hidet_plugin_cpu.codegen import CCodegen, generate, public_signatures, signatures
 
@@ -113,7 +117,8 @@ def test_vector_casts_and_pointers():
     x = var("x", "float32")
     p2 = var("p2", PointerType(dtypes.data_type("float32x2")))
     text = _source(BufferStoreStmt(p2, [0], cast(x, "float32x2")), [p2, x], kind="device")
-    assert "(float32x2){x, x}" in text and "float32x2_u* __restrict__ p2" in text or "float32x2_u*" in text
+    assert re.search(r"p2\[0\] = \(float32x2\)\{(\(float\))?x, (\(float\))?x\};", text)  # two lanes broadcast too
+    assert "float32x2_u* __restrict__ p2" in text
     assert "typedef float float32x2 __attribute__((vector_size(8)));" in text
     assert "typedef float float32x2_u __attribute__((vector_size(8), aligned(4)));" in text
     i4 = var("i4", "int32x4")
@@ -171,3 +176,50 @@ def test_the_shared_printer_defaults():
     assert base.scope_prefix(Scope.LOCAL) == "" and base.scope_prefix(Scope.REGISTER) == ""
     with pytest.raises(CodegenError, match="^c: cannot declare a variable in shared scope here$"):
         base.scope_prefix(Scope.SHARED)
+
+
+def test_literals_extents_and_declarations():
+    from hidet_framework.backend.c_style import CStyleCodegen
+    from hidet_framework.ir import if_then_else
+
+    with pytest.raises(CodegenError, match="^c: no C type for dtype float16$"):
+        CStyleCodegen().scalar_type_name(dtypes.float16)
+    n, i = var("n"), var("i")
+    y = var("y", tensor_type("int32", [8]))
+    text = _source(ForStmt(i, if_then_else(n < 1, 2, 3), BufferStoreStmt(y, [i], i)), [y, n])
+    assert "i < (n < 1 ? 2 : 3)" in text
+    u = var("u", tensor_type("uint64", [2]))
+    d = var("d", tensor_type("float64", [1]))
+    text = _source(SeqStmt_([BufferStoreStmt(u, [0], const(5, "uint64")), BufferStoreStmt(u, [1], const(7, "uint32")),
+                             BufferStoreStmt(d, [0], const(float("nan"), "float64"))]), [u, d])
+    assert "u[0] = 5ULL;" in text and "u[1] = 7U;" in text
+    assert "d[0] = (double)NAN;" in text
+    b = var("b", "bfloat16")
+    x = var("x", "float32")
+    text = _source(DeclareStmt(b, x * 2.0), [x], kind="device")
+    assert "uint16_t b = hidet_f32_to_bf16(x * 2.0f);" in text
+    pv = var("p", PointerType(dtypes.data_type("float32x4")))
+    with pytest.raises(CodegenError, match="vector constants are not supported"):
+        _source(BufferStoreStmt(pv, [0], const(1.0, "float32x4")), [pv], kind="device")
+
+
+def test_assert_calls_and_narrow_negation_print_exactly():
+    from hidet_framework.backend.c_style import CStyleCodegen
+    from hidet_framework.ir import math_functions as mf
+    from hidet_framework.ir.expr import UnaryOp
+    from hidet_framework.ir.stmt import AssertStmt
+
+    n = var("n")
+    text = _source(AssertStmt(n < 3, "n is small"), [n])
+    body = text[text.index("/* hidet function: f */"):].splitlines()
+    assert body[2] == "    if (!(n < 3)) {" and body[3].startswith("        hidet_assert_fail(") and body[4] == "    }"
+    x = var("x", "float32")
+    y = var("y", tensor_type("float32", [2]))
+    text = _source(seq_([BufferStoreStmt(y, [0], mf.exp(x) * 2.0), BufferStoreStmt(y, [1], mf.exp(x + 1.0))]), [y, x])
+    assert "y[0] = expf(x) * 2.0f;" in text and "y[1] = expf(x + 1.0f);" in text
+    x8 = var("x8", "int8")
+    z = var("z", tensor_type("int32", [1]))
+    text = _source(BufferStoreStmt(z, [0], UnaryOp("neg", x8) + 1), [z, x8])
+    assert "(int8_t)(-x8)" in text                    # -(-128) wraps in int8 before it is widened
+    with pytest.raises(CodegenError, match="^c: vector type float32x4 is not supported$"):
+        CStyleCodegen().vector_type_name(dtypes.data_type("float32x4"))
