@@ -27,12 +27,14 @@ import os
 import time
 from typing import Any, Sequence
 
-from hidet_framework.fusion import FUSED_OPERATOR, GROUP_ATTRIBUTE, FusionError, fuse_group
+from hidet_framework.fusion import FUSED_OPERATOR, GROUP_ATTRIBUTE, FusionError
 from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
 from hidet_framework.driver.options import progress
-from hidet_framework.driver.scheduling import applicable_templates, schedule, tune_request
+from hidet_framework.driver import task_compiler
+from hidet_framework.driver.scheduling import applicable_templates, tune_request
 from hidet_framework.driver.task_compiler import cached, fused_key, store, task_key
 
+MIN_UNITS_FOR_POOL = 4
 _JOBS: dict[str, Any] = {}  # set before the pool forks: the workers read it, nothing is pickled
 
 
@@ -85,12 +87,13 @@ def _plan(unit: tuple, target: Any, space: int) -> list[tuple]:
     a group that cannot be grafted plans its members instead."""
     key, task, name, attributes, group = unit
     if group is None:
-        scheduled, tuning = schedule(task, name, target, space, attributes)
+        # through task_compiler's names: the same seams as the per-operator path
+        scheduled, tuning = task_compiler.schedule(task, name, target, space, attributes)
         return [(key, task, scheduled, tuning)]
     anchor_task, anchor_name, anchor_attributes = _schedule_request(unit)
     try:
-        return [(key, task, fuse_group(schedule(anchor_task, anchor_name, target, space, anchor_attributes)[0],
-                                       group), None)]
+        anchor = task_compiler.schedule(anchor_task, anchor_name, target, space, anchor_attributes)[0]
+        return [(key, task, task_compiler.fuse_group(anchor, group), None)]
     except FusionError:
         plans = []
         for m in group.members:
@@ -114,7 +117,8 @@ def _plan_and_build(index: int) -> tuple:
 def _build_all(units: list[tuple], target: Any, space: int, workers: int | None) -> list[tuple]:
     """(key, task, ScheduledTask, TuningResult, built) of every unit that planned and
     built, from one fork-based pool."""
-    workers = workers or max(1, min(len(units), len(os.sched_getaffinity(0))))
+    # a pool pays for itself from a few units on; tiny graphs (conformance tests) build here
+    workers = workers or (1 if len(units) < MIN_UNITS_FOR_POOL else min(len(units), len(os.sched_getaffinity(0))))
     _JOBS.update(units=units, target=target, space=space)
     done: list[tuple] = []
     try:

@@ -174,15 +174,17 @@ def tune_many(requests: Sequence[TuneRequest], cache: Optional[TuningCache] = No
         prepared, failures = _build_all(items, workers)
         build_seconds = time.perf_counter() - started
         offset = 0
-        with _progress() as progress:
-            bar = progress.add_task(f"timing the candidates of {len(pending)} tasks", total=len(pending))
+        with _progress() if len(pending) > 1 else contextlib.nullcontext() as progress:
+            bar = progress.add_task(f"timing the candidates of {len(pending)} tasks", total=len(pending)) \
+                if progress is not None else None
             for key, (request, candidates) in pending.items():
                 mine = {i - offset: prepared[i] for i in range(offset, offset + len(candidates)) if i in prepared}
                 errors = tuple((i - offset, f) for i, f in failures if offset <= i < offset + len(candidates))
                 offset += len(candidates)
                 share = build_seconds * len(candidates) / len(items)  # its part of the shared build
                 results[key] = _finish(request, key, candidates, mine, errors, cache, share)
-                progress.advance(bar)
+                if progress is not None:
+                    progress.advance(bar)
     out = []
     for request in requests:
         result = results[request.key()]
@@ -250,8 +252,8 @@ def _build_all(items: list, workers: Optional[int]) -> tuple[dict, list[tuple[in
     try:
         pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
         with _progress() as progress, pool:
-            bar = progress.add_task(f"building {len(items)} candidates of {tasks} task{'s' * (tasks > 1)}",
-                                    total=len(items))
+            what = f"building {len(items)} candidates" + (f" of {tasks} tasks" if tasks > 1 else "")
+            bar = progress.add_task(what, total=len(items))
             run = pool.imap_unordered if workers > 1 else map
             for index, error, result in run(_prepare_one, range(len(items))):
                 if error:

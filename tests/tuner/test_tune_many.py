@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.tuner import TuneRequest, TuningError, TuningResult, tune_many
-from tests.tuner.test_tuner import FAKE_COSTS, TARGET, FakeTemplate, _measure, _task, cache  # noqa: F401
+from .test_tuner import FAKE_COSTS, TARGET, FakeTemplate, _measure, _task, cache  # noqa: F401
 
 
 def _request(task, templates, measured, level=1):
@@ -73,3 +73,32 @@ def test_model_compiler_builds_every_task_up_front(tmp_path, monkeypatch):
     ref = np.exp(ref - ref.max(-1, keepdims=True))
     ref /= ref.sum(-1, keepdims=True)
     assert np.allclose(fn(xv), ref, rtol=1e-4, atol=1e-6) and np.allclose(serial(xv), ref, rtol=1e-4, atol=1e-6)
+
+
+def test_progress_counts_tasks_and_shows_time_left(cache, monkeypatch):
+    import io
+    import sys
+
+    from hidet_framework.tuner import tuner as tuner_module
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
+    seen, real = [], tuner_module._progress
+
+    def spy():
+        p = real()
+        add = p.add_task
+        p.add_task = lambda text, **kw: seen.append((text, kw["total"])) or add(text, **kw)
+        return p
+
+    monkeypatch.setattr(tuner_module, "_progress", spy)
+    FAKE_COSTS["p"] = lambda tile: float(tile)
+    template = FakeTemplate("p", [4, 8])
+    tune_many([_request(_task(3), [template], []), _request(_task(5), [template], [])], cache=cache, workers=1)
+    assert seen[0] == ("building 4 candidates of 2 tasks", 4)
+    assert seen[1] == ("timing the candidates of 2 tasks", 2)
+    assert "Remaining" in type(real().columns[-1]).__name__

@@ -127,7 +127,7 @@ def test_invalid_record_warning_names_the_file_and_tunes_again(cache):
 
 
 def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet(monkeypatch):
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
@@ -139,7 +139,8 @@ def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet(monkeypatch):
         p = tuner_module._progress()
         assert p.disable is (not shown), quiet
         assert p.live.transient and p.console.file is term
-        assert [type(c) for c in p.columns] == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn]
+        assert [type(c) for c in p.columns] == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn,
+                                                TextColumn, TimeRemainingColumn]  # done / total, time left
         assert p.columns[0].text_format == "{task.description}"
     monkeypatch.delenv("HIDET_FRAMEWORK_QUIET", raising=False)
     monkeypatch.setattr(sys, "stderr", io.StringIO())
@@ -244,9 +245,10 @@ def test_the_pool_worker_fails_a_result_that_cannot_travel(cache):
     FAKE_COSTS.update(bndW=lambda t: 1.0)
     cand = tuner_module.Candidate(FakeTemplate("bndW", [4]), {"tile": 4})
     for in_pool, fails in ((True, True), (False, False)):
-        tuner_module._JOB.update(task=_task(), attributes={}, target=TARGET, candidates=[cand],
-                                 prepare=lambda s: (lambda: s), in_pool=in_pool,
-                                 build=tuner_module._template_build)
+        request = tuner_module.TuneRequest(_task(), {}, "scale", TARGET, [cand.template], 1,
+                                           prepare=lambda s: (lambda: s), measure=_measure,
+                                           build=tuner_module._template_build)
+        tuner_module._JOB.update(items=[(request, cand)], in_pool=in_pool)
         try:
             index, error, result = tuner_module._prepare_one(0)
         finally:

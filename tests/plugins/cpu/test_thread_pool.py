@@ -59,8 +59,24 @@ def test_small_constant_loops_stay_serial(cpu_backend, rng):
     y = np.zeros_like(x)
     lib["counted"](x, y, -2.0)
     np.testing.assert_allclose(y, x.astype(np.float64) * -2.0 + 1.0, rtol=1e-6, atol=1e-6)
-    _, big = build(cpu_backend, count_kernel(n_extent=SERIAL_WORK + 3))
+    _, at = build(cpu_backend, count_kernel(n_extent=SERIAL_WORK))  # the threshold itself is shared
+    assert "hidet_parallel_for(counted_par0_task" in at
+    lib, big = build(cpu_backend, count_kernel(n_extent=SERIAL_WORK + 3))
     assert "hidet_parallel_for(" in big
+    x = rng.standard_normal(SERIAL_WORK + 3).astype(np.float32)
+    y = np.zeros_like(x)
+    lib["counted"](x, y, 0.25)
+    np.testing.assert_allclose(y, x.astype(np.float64) * 0.25 + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_grain_from_the_work_per_iteration(cpu_backend):
+    """A parallel loop over rows of 4096 gets chunks of GRAIN_WORK / 4096 rows."""
+    rows, cols = 1024, 4096
+    y = var("y", tensor_type("float32", [rows, cols]))
+    r, j = var("r"), var("j")
+    body = ForStmt(r, rows, ForStmt(j, cols, BufferStoreStmt(y, [r, j], const(1.0))), parallel=True)
+    source = generate(module("rows", [Function("rows", [y], body)]), cpu_backend.detect_target())
+    assert f"(int64_t)(1024), {GRAIN_WORK // cols});" in source
 
 
 def test_captures_locals_and_enclosing_loop_variables(cpu_backend, rng):
