@@ -24,9 +24,10 @@ device time of the call's kernels, not the host's submission (both sides alike);
 interleaved, medians; ratio = cuDNN time / ours. torch is imported only for
 ``--target cuda``.
 
-Idle threads: by default neither side's threads spin while waiting for work
-(OMP_WAIT_POLICY=passive for ours, ``session.intra_op.allow_spinning=0`` for
-onnxruntime): on a shared machine the spinning threads of one side steal the CPUs the
+Idle threads: by default neither side's threads spin while waiting for work (ours:
+the CPU thread pool spins only briefly, HIDET_FRAMEWORK_CPU_SPIN_US, and
+OMP_WAIT_POLICY=passive covers OpenMP-built kernels; onnxruntime:
+``session.intra_op.allow_spinning=0``): on a shared machine the spinning threads of one side steal the CPUs the
 other side runs on next, and each side's measurement then depends on who ran before
 it (measured: our 1x1 256->64 at 56x56 took 10.5 ms right after a spinning
 onnxruntime run and 1.35 ms after a sleeping one, onnxruntime 1.34 ms). ``--spin``
@@ -136,8 +137,9 @@ def machine_line() -> str:
     extras = [f for f in ("avx512_bf16", "amx_tile", "fma") if f in flags]
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     waiting = ("threads spin between calls (OpenMP and onnxruntime defaults)" if SPIN else
-               f"idle threads sleep (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, onnxruntime "
-               f"allow_spinning=0)")
+               f"idle threads sleep (ours: the CPU thread pool's short spin, "
+               f"HIDET_FRAMEWORK_CPU_SPIN_US={os.environ.get('HIDET_FRAMEWORK_CPU_SPIN_US', 'default')}, "
+               f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')} for OpenMP; onnxruntime allow_spinning=0)")
     if os.environ.get("OMP_DYNAMIC"):
         waiting += f", OMP_DYNAMIC={os.environ['OMP_DYNAMIC']}"
     return (f"machine: {model} | ISA {isa} ({' '.join(extras)}) | {THREADS} threads (of {os.cpu_count()} cpus), "
