@@ -70,9 +70,16 @@ def cpu():
     return target
 
 
+@pytest.mark.parametrize("kv_copy", [True, False], ids=["kv-copied", "kv-gathered"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_cpu_candidate_matches_float64(name, cpu, rng):
+def test_every_cpu_candidate_matches_float64(name, kv_copy, cpu, rng, monkeypatch):
+    """Both ways the kernel reads K and V: a contiguous copy per batch entry (while it
+    fits CACHE_LIMIT) and element loads in the inner loops (larger ones)."""
     from hidet_framework.runtime.compiled_task import compile_scheduled
+    from hidet_plugin_ops import cpu_attention
+
+    if not kv_copy:
+        monkeypatch.setattr(cpu_attention, "CACHE_LIMIT", 0)
 
     template = plugin_host().templates["ops.attention_cpu"]
     arrays, mask, kwargs = _operands(name, rng)

@@ -42,6 +42,11 @@ __all__ = ["CpuAttention"]
 
 BLOCKS = (4, 1, 8)  # query rows per work item (the space; the first is the default)
 LOCAL_LIMIT = 256 * 1024  # stack bytes per thread for the rows of one item
+# Stack bytes per thread for one batch entry's K and V, copied contiguous when the
+# worker's batch entry changes: fusion grafts the head split and transposes onto the
+# operand loads, so a key read in the inner loop was a strided gather with a dozen
+# divisions (GPT-2: 74 ms a layer); the copy pays that once per entry and worker.
+CACHE_LIMIT = 128 * 1024
 
 
 class _Batched:
@@ -121,6 +126,7 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
     logit, probability = row_functions(task, a, batch)
     lowest = const(ct.min_value(), ct)
     zero = const(0.0, ct)
+    cache = (d * n + n * dv) * (ct.bits // 8) <= CACHE_LIMIT
 
     @script
     def attention_rows(qx: qt, kx: kt_t, vx: vt, mk: mt, yx: yt):
@@ -131,12 +137,25 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
             sr = local_tensor(ct, [block * n])
             ac = local_tensor(ct, [block * dv])
             inv = local_tensor(ct, [block])
+            kl = local_tensor(ct, [d * n if cache else 1])  # K and V of batch entry kb[0]
+            vl = local_tensor(ct, [n * dv if cache else 1])
+            kb = local_tensor(dtypes.int32, [1])
+            kb[0] = -1
             for slot in slots.on(w):
                 for k in range(per_worker):
                     item = slot * per_worker + k if order == "block" else k * workers + slot
                     if item < items:
                         b = item / blocks
                         i0 = (item % blocks) * block
+                        if cache:
+                            if kb[0] != b:
+                                for r in range(d):
+                                    for j in range(n):
+                                        kl[r * n + j] = ka.load(kx, b, r, j, ct)
+                                for j in range(n):
+                                    for c in range(dv):
+                                        vl[j * dv + c] = va.load(vx, b, j, c, ct)
+                                kb[0] = b
                         # rows past M (a partial last block) compute row M-1 again, never stored
                         for t in range(block):
                             for r in range(d):
@@ -147,7 +166,8 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                             for t in range(block):
                                 qv = qr[t * d + r]
                                 for j in range(n):
-                                    sr[t * n + j] = sr[t * n + j] + qv * ka.load(kx, b, r, j, ct)
+                                    kv = kl[r * n + j] if cache else ka.load(kx, b, r, j, ct)
+                                    sr[t * n + j] = sr[t * n + j] + qv * kv
                         for t in range(block):
                             i = minimum(i0 + t, m - 1)
                             top = lowest
@@ -167,7 +187,8 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                             for t in range(block):
                                 p = probability(sr[t * n + j], inv[t])
                                 for c in range(dv):
-                                    ac[t * dv + c] = ac[t * dv + c] + p * va.load(vx, b, j, c, ct)
+                                    vv = vl[j * dv + c] if cache else va.load(vx, b, j, c, ct)
+                                    ac[t * dv + c] = ac[t * dv + c] + p * vv
                         for t in range(block):
                             if i0 + t < m:
                                 for c in range(dv):
