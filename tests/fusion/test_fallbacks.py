@@ -7,7 +7,7 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework import driver
-from hidet_framework.driver import model_compiler, task_compiler
+from hidet_framework.driver import task_compiler
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.fusion import FusionError, FusionGroup, Member, Source, compose_task, fuse_group
 from hidet_framework.ir.expr import Address, TensorElement, var
@@ -87,7 +87,6 @@ def test_graft_failure_runs_the_members_apart(target, fx, rng, monkeypatch):
     # both places that graft: the model compiler's build workers (forked: they inherit
     # the patch) and the per-operator path
     monkeypatch.setattr(task_compiler, "fuse_group", refuse)
-    monkeypatch.setattr(model_compiler, "fuse_group", refuse)
     x = hf.symbol((5, 7), "float32")
     w = hf.constant(rng.standard_normal((7, 3)).astype(np.float32))
     y = hf.ops.add(hf.ops.matmul(hf.ops.relu(x), w), 0.25)
@@ -176,7 +175,6 @@ def test_a_refusal_without_a_message_is_still_reported_separate(target, fx, rng,
     # both places that graft: the model compiler's build workers (forked: they inherit
     # the patch) and the per-operator path
     monkeypatch.setattr(task_compiler, "fuse_group", refuse)
-    monkeypatch.setattr(model_compiler, "fuse_group", refuse)
     x = hf.symbol((5, 7), "float32")
     w = hf.constant(rng.standard_normal((7, 3)).astype(np.float32))
     y = hf.ops.matmul(hf.ops.relu(x), w)
@@ -193,7 +191,7 @@ def test_fused_cache_keys_on_the_members_attributes(monkeypatch):
     (which select and parameterise templates) differ, even on the same tasks."""
     group, _ = _copy_group()
     seen = []
-    from hidet_framework.driver import model_compiler, task_compiler
+    from hidet_framework.driver import task_compiler
 
     real = task_compiler.schedule
 
