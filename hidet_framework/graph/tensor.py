@@ -61,6 +61,15 @@ class Tensor:
     def is_graph_input(self) -> bool:
         return self.producer is None and self.storage is None
 
+    def computed_from_constants(self, max_depth: int = 65) -> bool:
+        """Whether this tensor is a constant or computed from constants only (constant
+        folding will make it one), looking at most `max_depth` producers up."""
+        if self.is_constant():
+            return True
+        if self.producer is None or max_depth < 1:
+            return False
+        return all(t.computed_from_constants(max_depth - 1) for t in self.producer.inputs)
+
     def __repr__(self) -> str:
         kind = "const" if self.is_constant() else ("input" if self.producer is None else self.producer.name)
         return f"Tensor({self.name}: {self.dtype.short}{list(self.shape)}, {kind})"

@@ -44,7 +44,6 @@ MAX_ROWS = 512
 # Below this many weight elements (128 KiB of float32) packing per call costs a few
 # microseconds and stays in cache; the general template's own packing is then fine.
 MIN_WEIGHT_ELEMENTS = 1 << 15
-_MAX_DEPTH = 64    # how far up the producers "computed from constants only" looks
 
 
 def panel_width(target: Any) -> int:
@@ -85,15 +84,6 @@ def matmul_prepacked(a: Tensor, packed: Tensor, n: int) -> Tensor:
     return Operator(PREPACKED_OPERATOR, [a, packed], task, attributes).outputs[0]
 
 
-def _from_constants(t: Tensor, depth: int = 0) -> bool:
-    """Whether `t` is computed from constants only (folding will make it one)."""
-    if t.is_constant():
-        return True
-    if t.producer is None or depth > _MAX_DEPTH:
-        return False
-    return all(_from_constants(x, depth + 1) for x in t.producer.inputs)
-
-
 def _cpu_target() -> Any:
     from hidet_framework.extension import plugin_host
 
@@ -118,7 +108,7 @@ def prepack_constant_b(op: Operator) -> list[Tensor] | None:
         return None
     rows = int(at["m"]) * (int(at["batch"]) if at.get("a_batched") else 1)
     if rows > MAX_ROWS or rows < 1 or int(at["k"]) * int(at["n"]) < MIN_WEIGHT_ELEMENTS \
-            or not _from_constants(b):
+            or not b.computed_from_constants():
         return None
     reshape = _registry_op("reshape")
     m, n, k = int(at["m"]), int(at["n"]), int(at["k"])

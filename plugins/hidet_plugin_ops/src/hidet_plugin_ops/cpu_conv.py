@@ -38,7 +38,6 @@ __all__ = ["PACK_OPERATOR", "PACKED_OPERATOR", "block_width", "pack_conv_weight"
 
 PACK_OPERATOR = "conv2d_pack_weight"
 PACKED_OPERATOR = "conv2d_packed"
-_MAX_DEPTH = 64    # how far up the producers "computed from constants only" looks
 
 
 def target_lanes(target: Any) -> int:
@@ -123,15 +122,6 @@ def conv2d_packed(x: Tensor, packed: Tensor, bias: Tensor | None, out_channels: 
     return make_operator(PACKED_OPERATOR, inputs, nodes, [y], attributes)[0]
 
 
-def _from_constants(t: Tensor, depth: int = 0) -> bool:
-    """Whether `t` is computed from constants only (folding will make it one)."""
-    if t.is_constant():
-        return True
-    if t.producer is None or depth > _MAX_DEPTH:
-        return False
-    return all(_from_constants(x, depth + 1) for x in t.producer.inputs)
-
-
 def _cpu_target() -> Any:
     from hidet_framework.extension import plugin_host
 
@@ -145,7 +135,7 @@ def pack_conv2d_weights(op: Any) -> list[Tensor] | None:
         return None
     x, weight = op.inputs[0], op.inputs[1]
     bias = op.inputs[2] if len(op.inputs) > 2 else None
-    if x.dtype is not dtypes.float32 or weight.dtype is not dtypes.float32 or not _from_constants(weight):
+    if x.dtype is not dtypes.float32 or weight.dtype is not dtypes.float32 or not weight.computed_from_constants():
         return None
     a = op.attributes
     o = int(weight.shape[0])
