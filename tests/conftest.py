@@ -92,3 +92,34 @@ def rng(request):
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed {seed} for {request.node.name}")
     return np.random.default_rng(seed)
+
+
+# -- suite time (issue 11): the longest tests start first ---------------------------------
+# pytest-xdist's default `--dist load` hands the first quarter of the collection out one
+# test at a time, alternately, and the rest to whichever worker asks. In collection
+# order the compile-everything checks come late (tests/plugins/...), so a worker could
+# start one of them near the end and the other worker would wait for it. Moving them to
+# the front, longest first, makes them alternate between the workers from the start and
+# lets the many short tests fill the gaps. The order of tests changes, nothing else.
+# Node ids (or their prefixes), longest first, from `pytest --durations` (docs/testing.md).
+LONGEST_FIRST = (
+    "tests/plugins/matmul/test_cuda_short_m.py::test_every_space2_candidate_compiles_to_sm90",
+    "tests/plugins/matmul/test_cuda_templates.py::test_every_space2_candidate_compiles_to_sm90",
+    "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[cpu]",
+    "tests/plugins/test_cuda_conv.py::test_candidates_and_fused_epilogue_compile_to_sm90",
+    "tests/plugins/test_cuda_conv.py::test_definition_and_packing_match_reference",
+    "tests/plugins/reduce/test_cuda_templates.py::test_every_space2_candidate_compiles_to_sm90",
+    "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[evaluator]",
+)
+
+
+def _longest_first_rank(nodeid: str) -> int:
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if nodeid.startswith(prefix):
+            return rank
+    return len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker (its collection is the order); `-n 0`: as written
+        items.sort(key=lambda item: _longest_first_rank(item.nodeid))  # stable: the rest keep their order

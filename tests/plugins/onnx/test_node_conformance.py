@@ -4,11 +4,20 @@ Excluded tests (conformance_exclusions.py) are skipped with their reason, and so
 tests needing an operator whose plugin is not installed (reported by name)."""
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+
 import pytest
 
 conformance = pytest.importorskip("hidet_plugin_onnx.conformance")
 
-_CASES = [c for c in conformance.node_cases() if conformance.is_claimed(c)]
+# conformance.node_cases(), generated once per session and shared by the xdist workers
+_spec = importlib.util.spec_from_file_location(
+    "onnx_shared_node_cases", pathlib.Path(__file__).with_name("shared_node_cases.py"))
+_shared = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shared)
+
+_CASES = [c for c in _shared.node_cases() if conformance.is_claimed(c)]
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +44,7 @@ def test_the_claimed_tests_cover_every_claimed_op():
 
 
 def test_exclusions_all_have_a_reason_and_match_a_test():
-    names = [c.name for c in conformance.node_cases()]
+    names = [c.name for c in _shared.node_cases()]
     import re
 
     from hidet_plugin_onnx.conformance_exclusions import EXCLUSIONS
