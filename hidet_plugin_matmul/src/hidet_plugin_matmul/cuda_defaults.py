@@ -15,20 +15,25 @@ The model, per streaming multiprocessor (the busiest one bounds the kernel):
   shared memory, registers, the block limit); the busiest SM gets ``q = ceil(items /
   SMs)`` of them, in ``rounds = ceil(q / occ)`` rounds of ``conc = min(q, occ)``
   co-resident blocks (``rounds`` is the number of waves).
-- A round is ``k_steps`` k-steps plus a fixed cost (the pipeline fill: one memory
-  latency). A k-step costs the largest of: the tensor (or FMA) work of the ``conc``
+- A round is a fill (the first tiles' DRAM latency), ``k_steps`` k-steps and the
+  output stores of its ``conc`` blocks (a fused epilogue's element stores and index
+  arithmetic cost ~0.7 SM clocks an element: one SM writing a 128 x 256 tile spends
+  ~13 us on it). A k-step costs the largest of: the tensor (or FMA) work of the ``conc``
   blocks at the SM's rate times the tile's efficiency; their operand bytes at the SM's
   share of L2 bandwidth; one memory latency divided by the loads in flight (``stages -
   1`` per block, 1 for register-staged loads); a per-step floor (barrier, waits).
-- Whole kernel: at least every operand byte once from DRAM; each extra launch (split-K
-  reduce, padding copy, layout copy) costs a fixed launch gap; split-K adds its fp32
-  partials' traffic.
+- Whole kernel: a fixed kernel cost plus at least every operand byte once from DRAM;
+  each extra launch (split-K reduce, padding copy, layout copy) costs a kernel and the
+  gap between dependent kernels; split-K adds its fp32 partials' traffic and the
+  reduce's output stores spread over all SMs.
 
 The constants below are per SM and per clock where they can be (so a smaller GPU of
-the same generation scales by its SM count) and were set from the H200 figures in
-docs/perf_notes.md (mma.sync's best ~0.8 of the simple wgmma kernel at 4096^3; a lone
-block streaming operands is latency-bound). They rank candidates; the absolute times
-are rough.
+the same generation scales by its SM count). They were fitted to the H200 kernel
+times of docs/perf_notes.md ("GPU models, session 5": the wgmma default at 128 x 768
+x 768 / 3072 and the convolutions of ResNet-50 at batch 1: ~4.6 us of fixed cost a
+kernel, 0.67 us a 128x256x64 k-step, the epilogue's cost per element) and to
+mma.sync's best being ~0.8 of the wgmma kernel's at 4096^3. They rank candidates;
+absolute times are within ~30% on those kernels.
 """
 from __future__ import annotations
 
@@ -39,13 +44,17 @@ import attrs
 
 from hidet_plugin_matmul.cuda_matmul_common import target_int
 
-CLOCK_HZ = 1.7e9  # SM clock under load (the targets do not report it)
+CLOCK_HZ = 1.9e9  # SM clock under load (the targets do not report it)
 TENSOR_FLOP_PER_CLK = 4096  # dense fp16/bf16 tensor-core flops per SM per clock (sm_90)
 FFMA_FLOP_PER_CLK = 256  # fp32 FMA flops per SM per clock
 L2_BYTES_PER_CLK = 64  # what one SM can pull from L2 per clock
 MEMORY_LATENCY_S = 0.7e-6  # a load that misses to DRAM, as a pipeline sees it
+FILL_S = 1.5e-6  # a round's first tiles (DRAM latency, ramp-up) before its k-steps stream
 STEP_FLOOR_CLK = 150  # a k-step's barrier, waits and issue at least
-LAUNCH_GAP_S = 2.0e-6  # one more dependent launch (graph replay gap plus the kernel's tail)
+KERNEL_S = 2.5e-6  # what any kernel costs (block scheduling, the last block's tail)
+LAUNCH_GAP_S = 1.0e-6  # between two dependent kernels of a graph replay
+EPILOGUE_CLK = 0.7  # SM clocks per output element written through the (fusible) element stores
+PARTIAL_CLK = 0.15  # per fp32 split-K partial (plain stores)
 DRAM_BYTES_PER_S = 4.3e12  # H200's measured copy rate, when the target does not say
 REG_LOADS_PER_CLK = 4  # register-staged element loads an SM issues per clock
 TIE = 0.02  # modelled times this close are a tie (see `choose`)
@@ -137,12 +146,15 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     latency = MEMORY_LATENCY_S / in_flight
     issue = conc * (kernel.bm + kernel.bn) * kernel.bk / REG_LOADS_PER_CLK * clk if kernel.register_staged else 0.0
     step = max(compute, bandwidth, latency, issue, STEP_FLOOR_CLK * clk)
-    sm_time = rounds * (k_steps * step + MEMORY_LATENCY_S)
+    stores = conc * kernel.bm * kernel.bn * (EPILOGUE_CLK if kernel.split == 1 else PARTIAL_CLK) * clk
+    sm_time = rounds * (FILL_S + k_steps * step + stores)
     dram = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem * g.batch / gpu.dram_bytes_per_s
-    seconds = max(sm_time, dram) + kernel.extra_launches * LAUNCH_GAP_S
+    seconds = KERNEL_S + max(sm_time, dram) + kernel.extra_launches * (KERNEL_S + LAUNCH_GAP_S)
     seconds += kernel.extra_bytes / gpu.dram_bytes_per_s
-    if kernel.split > 1:  # partials written and read in fp32, then the reduce launch
-        seconds += 2 * kernel.split * g.m * g.n * g.batch * 4 / gpu.dram_bytes_per_s + LAUNCH_GAP_S
+    if kernel.split > 1:  # partials written and read in fp32; the reduce launch stores the outputs
+        outputs = g.m * g.n * g.batch
+        seconds += 2 * kernel.split * outputs * 4 / gpu.dram_bytes_per_s + KERNEL_S + LAUNCH_GAP_S
+        seconds += outputs * EPILOGUE_CLK / gpu.sms * clk
     return seconds
 
 

@@ -52,7 +52,7 @@ from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
 DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
-WGMMA_RATE = 0.75  # of the SM's tensor peak at a saturating tile (one wgmma group waited per k-tile)
+WGMMA_RATE = 0.85  # of the SM's tensor peak at a saturating tile (one wgmma group waited per k-tile)
 REGS_BESIDE_ACC = 40
 
 
