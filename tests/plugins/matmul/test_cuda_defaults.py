@@ -307,3 +307,6 @@ def test_public_path_at_space0_picks_by_the_model(cuda_env):
     got = np.asarray(fn(a), dtype=np.float64)
     want = a.astype(np.float64) @ w.astype(np.float64)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    # 128 rows: the mma.sync template's modelled default beats wgmma's few large tiles
+    sources = {getattr(getattr(t, "scheduled", None), "source", "") for t in fn.tasks}
+    assert "matmul.cuda_tensor_core" in sources, sources
