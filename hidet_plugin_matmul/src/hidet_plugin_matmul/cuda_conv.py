@@ -96,6 +96,10 @@ def conv_space(target: Any, level: int) -> list[dict]:
         for tile in tiles[3:]:
             for split in (2, 4, 8, 16):
                 add(_params(*tile, 32, 4, split))
+    # register-staged gathers straight from x's layout: no NHWC copy launch, slower
+    # loads (pays on short reductions: 1x1 convolutions from few channels)
+    for tile in ((64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2)) if level >= 2 else ((64, 64, 2, 2),):
+        add(dict(_params(*tile, 32, 2, 1), reg_stage=1))
     return out
 
 

@@ -44,7 +44,7 @@ TARGETS = [h200, small_gpu]
 GEMMS = [(128, 768, 768), (128, 2304, 768), (128, 3072, 768), (128, 768, 3072), (16, 4096, 4096),
          (512, 49, 4608), (4096, 4096, 4096), (1021, 3001, 997)]
 # ResNet-50 convolutions at batch 1: (C, O, H, kernel, stride)
-CONVS = [(3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (256, 128, 56, 1, 1), (128, 128, 28, 3, 1),
+CONVS = [(3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 64, 56, 1, 1), (256, 128, 56, 1, 1), (128, 128, 28, 3, 1),
          (1024, 256, 14, 1, 1), (512, 512, 7, 3, 1), (2048, 512, 7, 1, 1)]
 
 
@@ -150,6 +150,11 @@ def test_conv_defaults_fill_the_gpu(make_target):
             assert p["split_k"] > 1, (spec, p)
         if geo.m >= 3136:  # 56x56 maps fill the GPU with tiles alone
             assert p["split_k"] == 1, (spec, p)
+    # the NHWC copy launch (cp.async gathers) pays on long reductions; on a 1x1 conv from
+    # 64 channels the register-staged gather from NCHW, without the copy, is cheaper
+    assert conv_auto(conv_geo(64, 64, 56, 1, 1), target)[0].get("reg_stage")
+    assert not conv_auto(conv_geo(1024, 256, 14, 1, 1), target)[0].get("reg_stage")
+    assert not conv_auto(conv_geo(256, 256, 14, 3, 1), target)[0].get("reg_stage")
 
 
 # --------------------------------------------------------- the tuner's level 0
@@ -221,7 +226,7 @@ def _default_jobs():
     import hidet_framework as hf
     from hidet_plugin_matmul.cuda_conv_op import conv2d_igemm
 
-    for spec in CONVS[:1] + CONVS[-2:]:
+    for spec in CONVS[:1] + CONVS[-2:] + [(64, 64, 56, 1, 1)]:
         geo = conv_geo(*spec)
         y = conv2d_igemm(hf.symbol(geo.x_shape, "float16"), hf.symbol(geo.w_shape, "float16"), geo)
         jobs.append((CudaConvImplicitGemm(), y.producer.task, dict(y.producer.attributes), {"auto": 1}))
