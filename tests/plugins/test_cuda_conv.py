@@ -369,5 +369,6 @@ def test_public_path_conv_bias_relu(cuda_env, case, rng):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
     rows = [r for r in fn.fusion_report() if "conv2d_igemm" in r.operators]
     assert len(rows) == 1 and rows[0].status == "fused", fn.fusion_report()
-    split = auto_params(geo, cuda_env[1])["split_k"] > 1  # the reduce launch takes the epilogue
-    assert fn.num_launches == (2 if conv_staging(geo, {}) == "nhwc" else 1) + split, fn.fusion_report()
+    auto = auto_params(geo, cuda_env[1])
+    split = auto["split_k"] > 1  # the reduce launch takes the epilogue
+    assert fn.num_launches == (2 if conv_staging(geo, auto) == "nhwc" else 1) + split, fn.fusion_report()
