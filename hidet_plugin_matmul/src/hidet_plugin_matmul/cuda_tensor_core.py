@@ -27,12 +27,14 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.schedule.template import Template
 
 from hidet_framework.ir.dtypes import data_type
+from hidet_framework.lang.annotations import DTypeAnnotation
 
 from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds,
                                                resolve,
                                                tile_efficiency)
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_pad_operands import padded_shapes
+from hidet_plugin_matmul.cuda_stage_operands import build_stage_kernel, prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, staging, tc_config
 from hidet_plugin_matmul.operators import MatmulOperands
 
@@ -85,17 +87,34 @@ def tc_kernel(params: Mapping[str, Any], path: str, elem: int = 2, extra_launche
                   extra_launches=extra_launches, extra_bytes=extra_bytes)
 
 
-def tc_auto(ops: MatmulOperands, elem: int, target: Any) -> tuple[dict, float]:
-    """The default's parameters for this shape and their modelled seconds."""
+def tc_auto(ops: MatmulOperands, elem: int, target: Any, staged: tuple = ()) -> tuple[dict, float]:
+    """The default's parameters for this shape and their modelled seconds; `staged`: the
+    operands a fusion anchor copies first (`cuda_stage_operands`) on the cp.async path."""
     def describe(p: Mapping[str, Any]) -> Kernel | None:
         # `pad` candidates are left to the tuner: measured 20-25% slower than register
         # staging on both odd shapes of docs/perf_notes.md (v2), for reasons the model
         # does not see (the padded rows' pitch), so the model must not pick them
         if is_auto(p) or p.get("pad"):
             return None
-        return tc_kernel(p, staging(ops, p), elem)
+        return tc_kernel(p, staging(ops, p), elem, *_stage_cost(ops, staging(ops, p), staged, elem))
 
     return choose(tc_space(target, 2), describe, Gemm(ops.m, ops.n, ops.k, ops.batch, elem), target)
+
+
+def _stage_cost(ops: MatmulOperands, path: str, staged: tuple, elem: int) -> tuple[int, int]:
+    """(extra launches, bytes moved) of the staging launch, when there is one."""
+    if path != "cp" or not staged:
+        return 0, 0
+    sizes = {0: ops.a_shape, 1: ops.b_shape}
+    moved = sum(2 * elem * _count(sizes[i]) for i in staged)
+    return 1, moved
+
+
+def _count(shape: tuple) -> int:
+    out = 1
+    for x in shape:
+        out *= int(x)
+    return out
 
 
 def tc_space(target: Any, level: int) -> list[dict]:
@@ -155,16 +174,18 @@ class CudaTensorCoreMatmul(Template):
     def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
         """Modelled seconds of `params` (the default: of the candidate it resolves to)."""
         ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        staged = prologue_inputs(attributes)
         if params == AUTO:
-            return tc_auto(ops, elem, target)[1]
-        p = dict(DEFAULT, **resolve(params, lambda: tc_auto(ops, elem, target)[0]))
-        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem), tc_kernel(p, staging(ops, p), elem),
-                                Gpu.from_target(target))
+            return tc_auto(ops, elem, target, staged)[1]
+        p = dict(DEFAULT, **resolve(params, lambda: tc_auto(ops, elem, target, staged)[0]))
+        path = staging(ops, p)
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem),
+                                tc_kernel(p, path, elem, *_stage_cost(ops, path, staged, elem)), Gpu.from_target(target))
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
-        params = resolve(params, lambda: tc_auto(ops, data_type(dtype).nbytes, target)[0])
+        params = resolve(params, lambda: tc_auto(ops, data_type(dtype).nbytes, target, prologue_inputs(attributes))[0])
         p = dict(DEFAULT, **params)
         path = staging(ops, p)
         name = (f"matmul_tc_{dtype}_{ops.key()}_{p['block_m']}x{p['block_n']}x{p['block_k']}"
@@ -174,6 +195,19 @@ class CudaTensorCoreMatmul(Template):
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
         launches: list = []
         workspace: list = []
+        staged = prologue_inputs(attributes) if path == "cp" else ()
+        if staged:  # a fusion anchor whose cp.async operands take prologues: copy them first
+            stage = build_stage_kernel(ops, DTypeAnnotation(data_type(dtype)), name + "_stage", 0 in staged, 1 in staged)
+            module = module.with_functions({stage.ir.name: stage.ir, **module.functions})
+            sa, sb = a, b
+            if 0 in staged:
+                sa = BufferRef("workspace", len(workspace))
+                workspace.append(WorkspaceSpec("matmul_staged_a", dtype, ops.a_shape))
+            if 1 in staged:
+                sb = BufferRef("workspace", len(workspace))
+                workspace.append(WorkspaceSpec("matmul_staged_b", dtype, ops.b_shape))
+            launches.append(Launch(name + "_stage", (a, b, sa, sb)))
+            a, b = sa, sb
         if path == "pad":
             ap_shape, bp_shape = padded_shapes(ops)
             pa = a

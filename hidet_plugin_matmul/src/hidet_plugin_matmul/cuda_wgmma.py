@@ -33,6 +33,7 @@ and no split-K leave most of the GPU idle at batch-1 shapes such as 128x768x768)
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
@@ -45,6 +46,7 @@ from hidet_framework.schedule.template import Template
 from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds,
                                                resolve,
                                                tile_efficiency)
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
@@ -126,6 +128,8 @@ class CudaWgmmaMatmul(Template):
     def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
         """Modelled seconds of `params` (the default: of the candidate it resolves to)."""
         ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        if prologue_inputs(attributes):  # cp.async operands refuse the group's prologue: it would not fuse
+            return math.inf
         if params == AUTO:
             return wgmma_auto(ops, elem, target)[1]
         params = resolve(params, lambda: wgmma_auto(ops, elem, target)[0])
