@@ -41,7 +41,7 @@ from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dt
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
-DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1}
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
 
 
@@ -54,8 +54,9 @@ def ws_config(params: Mapping[str, Any]) -> dict:
 
 def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
     cfg = ws_config(params)
-    return (cfg["smem"] <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
-            and cfg["bm"] <= 256 and params["stages"] >= 2)
+    # 1 KiB kept for the static shared memory (the mbarriers)
+    return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
+            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2))
 
 
 def ws_space(target: Any, level: int) -> list[dict]:
@@ -75,10 +76,13 @@ def ws_space(target: Any, level: int) -> list[dict]:
     if level >= 1:
         smem = target_int(target, "smem_per_block_optin", 227 * 1024)
         for c, mt, bn in shapes[: 3 if level == 1 else len(shapes)]:
-            most = smem // ((64 * c * mt + bn) * BK * 2)
+            most = (smem - 1024) // ((64 * c * mt + bn) * BK * 2)
             for stages in sorted({min(most, 8), most - 1} if level == 1 else set(range(3, min(most, 8) + 1))):
                 for raster in ((0, 8) if level >= 2 or stages == min(most, 8) else (0,)):
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
+        if level >= 2:  # pairs of blocks along M sharing B's tile (TMA multicast)
+            for p in [q for q in out if q["consumers"] == 2 and q["raster"] == 0]:
+                add(dict(p, cluster=2))
     return out
 
 
@@ -108,7 +112,8 @@ class CudaHopperWsMatmul(Template):
         if not ws_legal(p, target):
             raise ValueError(f"{self.name}: {p} does not fit (registers, shared memory or the 256-row box)")
         name = (f"matmul_hopper_ws_{dtype}_{ops.key()}_c{p['consumers']}x{p['m_tiles']}_n{p['block_n']}"
-                f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}")
+                f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}"
+                f"{'_cl%d' % p['cluster'] if p['cluster'] > 1 else ''}")
         sms = target_int(target, "sm_count", 132)
         module = script_module(build_ws_kernel(ops, dtype, p, name, sms), name=name)
         launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
@@ -121,41 +126,57 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
 
     cfg = ws_config(params)
     bm, bn, threads, stages = cfg["bm"], cfg["bn"], cfg["threads"], params["stages"]
-    m_tiles, consumers, raster = params["m_tiles"], params["consumers"], params["raster"]
+    m_tiles, consumers, raster, cl = params["m_tiles"], params["consumers"], params["raster"], params["cluster"]
     m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
     k_tiles = max(1, ceil_div(k, BK))
     grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
-    per_batch = grid_n * grid_m
-    num_tiles = per_batch * batch
-    grid = min(num_tiles, sms)
+    # work units: tiles, or with clusters pairs of tiles along M (rank r takes M tile 2 pm + r)
+    unit_m = ceil_div(grid_m, cl)
+    per_batch = grid_n * unit_m
+    units = per_batch * batch
+    grid = min(units, sms // cl) * cl
     a_size, b_size = bm * BK, BK * bn
     stage_bytes = (a_size + b_size) * 2
     consumer_warps = 4 * consumers  # lane 0 of each consumer warp releases a stage
     dt = DTypeAnnotation(data_type(dtype))
     sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
     b_leading, b_stride = BK * 64 * 2, 8 * 64 * 2  # as cuda_wgmma: next 64 columns, next 8 rows of K
-    m_whole, n_whole = m % bm == 0, n % bn == 0
+    m_whole, n_whole = m % bm == 0 and grid_m % cl == 0, n % bn == 0
     a_box = (1,) * (len(ops.a_shape) - 2) + (bm, BK)
     b_box = (1,) * (len(ops.b_shape) - 2) + (BK, 64)
     set_regs = consumers == 2
 
-    def tile_coords(t):
-        """(batch, M tile, N tile) of tile number t."""
+    def tile_coords(t, rank):
+        """(batch, M tile, N tile) of work unit t for the block of rank `rank` in its cluster."""
         within = t % per_batch if batch > 1 else t
         bz = t // per_batch if batch > 1 else 0
-        m_tile, n_tile = block_tile(within % grid_n, within // grid_n, grid_n, grid_m, raster)
-        return bz, m_tile, n_tile
+        m_unit, n_tile = block_tile(within % grid_n, within // grid_n, grid_n, unit_m, raster)
+        return bz, (m_unit * cl + rank if cl > 1 else m_unit), n_tile
 
     def coords(index):  # TMA coordinates are innermost first
         return tuple(reversed(index))
 
-    def load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile):
+    def load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile, rank):
+        """A's box; B's 64-column boxes, with clusters each block's share of them sent
+        to both blocks (they compute the same N tile)."""
+        from hidet_framework.ir.expr import equal
+        from hidet_framework.ir.stmt import IfStmt
+
         out = [hw.mbarrier_arrive_expect_tx(bars[s], stage_bytes),
                hw.tma_load(sa[s * a_size], a_map, bars[s], coords(ops.a_index(bz, m_tile * bm, kt * BK)))]
         for j in range(bn // 64):
-            out.append(hw.tma_load(sb[s * b_size + j * BK * 64], b_map, bars[s],
-                                   coords(ops.b_index(bz, kt * BK, n_tile * bn + j * 64))))
+            load = hw.tma_load(sb[s * b_size + j * BK * 64], b_map, bars[s],
+                               coords(ops.b_index(bz, kt * BK, n_tile * bn + j * 64)), (1 << cl) - 1 if cl > 1 else 0)
+            out.append(IfStmt(equal(rank, j % cl), load) if cl > 1 else load)
         return seq_of(out)
+
+    def release(bar):
+        """Lane 0 of a consumer warp frees a stage: in its block, and with clusters in
+        every block of the cluster (their producers write into it too)."""
+        return seq_of([hw.mbarrier_arrive_cluster(bar, r) for r in range(cl)]) if cl > 1 else hw.mbarrier_arrive(bar)
+
+    def cluster_sync():
+        return hw.cluster_sync() if cl > 1 else seq_of([])
 
     def multiply(acc, sa, sb, s, group):
         out = []
@@ -180,6 +201,7 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         attrs.cuda.grid_dim = grid
         attrs.cuda.block_dim = threads
         attrs.cuda.min_blocks = 1
+        attrs.cuda.cluster_size = cl
         attrs.cuda.dynamic_smem_bytes = stages * stage_bytes
         sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
         sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
@@ -188,9 +210,11 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         if tid == 0:
             for s in static_range(stages):
                 hw.mbarrier_init(bars[s], 1)
-                hw.mbarrier_init(bars[stages + s], consumer_warps)
+                hw.mbarrier_init(bars[stages + s], consumer_warps * cl)
             hw.fence_mbarrier_init()
         cu.syncthreads()
+        cluster_sync()
+        rank = cu.blockIdx.x % cl
         group = tid // 128
         if group == consumers:
             role_registers(True)
@@ -198,12 +222,12 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 a_map = hw.tensor_map_param(a, a_box)
                 b_map = hw.tensor_map_param(b, b_box)
                 it = 0
-                for t in range(cu.blockIdx.x, num_tiles, grid):
-                    bz, m_tile, n_tile = tile_coords(t)
+                for t in range(cu.blockIdx.x // cl, units, grid // cl):
+                    bz, m_tile, n_tile = tile_coords(t, rank)
                     for kt in range(k_tiles):
                         s = it % stages
                         hw.mbarrier_wait(bars[stages + s], ((it // stages) & 1) ^ 1)
-                        load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile)
+                        load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile, rank)
                         it += 1
         else:
             role_registers(False)
@@ -214,8 +238,8 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             lane = tid % 32
             warp = tid % 128 // 32
             it = 0
-            for t in range(cu.blockIdx.x, num_tiles, grid):
-                bz, m_tile, n_tile = tile_coords(t)
+            for t in range(cu.blockIdx.x // cl, units, grid // cl):
+                bz, m_tile, n_tile = tile_coords(t, rank)
                 hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
                 for kt in range(k_tiles):
                     s = it % stages
@@ -225,11 +249,11 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                     hw.wgmma_commit_group()
                     hw.wgmma_wait_group(1)
                     if kt > 0 and lane == 0:
-                        hw.mbarrier_arrive(bars[stages + (it + stages - 1) % stages])
+                        release(bars[stages + (it + stages - 1) % stages])
                     it += 1
                 hw.wgmma_wait_group(0)
                 if lane == 0:
-                    hw.mbarrier_arrive(bars[stages + (it + stages - 1) % stages])
+                    release(bars[stages + (it + stages - 1) % stages])
                 hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
                 for mi in static_range(m_tiles):
                     for j in static_range(bn // 8):
@@ -241,5 +265,6 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 for mi in static_range(m_tiles):
                     for j in static_range(bn // 2):
                         acc[mi, j] = 0.0
+        cluster_sync()  # no block leaves while its peer may still arrive on its barriers
 
     return matmul_hopper_ws

@@ -51,7 +51,8 @@ def test_space_is_hopper_only_bounded_and_fits_the_hardware():
     assert len({tuple(sorted(p.items())) for p in s2}) == len(s2)
     for p in s2:
         cfg = ws_config(p)
-        assert cfg["acc"] <= 128 and cfg["bm"] <= 256 and cfg["smem"] <= 227 * 1024, p
+        assert cfg["acc"] <= 128 and cfg["bm"] <= 256 and cfg["smem"] + 1024 <= 227 * 1024, p
+    assert {p["cluster"] for p in s1} == {1} and {p["cluster"] for p in s2} == {1, 2}
     small = _target(smem_per_block_optin=100 * 1024)
     assert all(ws_config(p)["smem"] <= 100 * 1024 for p in t.space(small, 2)[1:])
     assert max(p["stages"] for p in t.space(small, 2)[1:]) < max(p["stages"] for p in s2)
@@ -90,6 +91,23 @@ def test_signature_appends_grid_constant_maps_and_the_spec_lists_them_last():
     (spec,) = kernel_specs(lowered)
     assert [p.tensor_map for p in spec.params[3:]] == [(0, 128, (1, 128, 64)), (1, 128, (1, 64, 64))]
     assert "cp.async.bulk.tensor.3d" in generate(lowered)
+
+
+def test_cluster_candidates_multicast_b_and_release_stages_in_both_blocks():
+    from hidet_plugin_cuda.codegen import generate, kernel_specs
+
+    params = dict(CudaHopperWsMatmul().space(_target(), 0)[0], cluster=2)
+    _, lowered = _lowered(((300, 200), (200, 264)), params=params)
+    source = generate(lowered)
+    for text in ("__cluster_dims__(2, 1, 1)", ".multicast::cluster [%0], [%1, {%2, %3}], [%4], hf_mask;",
+                 "mapa.shared::cluster.u32", "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                 "barrier.cluster.arrive.release;"):
+        assert text in source, text
+    assert source.count("barrier.cluster.wait.acquire") == 2  # after the barriers' init, before exit
+    (spec,) = kernel_specs(lowered)
+    assert tuple(spec.grid)[0] % 2 == 0  # whole clusters
+    plain = generate(_lowered(((300, 200), (200, 264)))[1])
+    assert "__cluster_dims__" not in plain and "multicast" not in plain and "mapa" not in plain
 
 
 def test_sources_without_tensor_maps_are_unchanged():
@@ -181,7 +199,7 @@ def _compile_jobs():
     task, attrs = matmul_task((130, 200), (200, 264), "float16")
     jobs += [(task, attrs, p) for p in t.space(target, 2)]
     task, attrs = matmul_task((3, 61, 200), (1, 200, 136), "bfloat16")
-    jobs += [(task, attrs, p) for p in t.space(target, 1)[:3]]
+    jobs += [(task, attrs, p) for p in t.space(target, 1)[:2]] + [(task, attrs, dict(t.space(target, 0)[0], cluster=2))]
     return t, target, jobs
 
 
@@ -245,6 +263,20 @@ def test_space1_candidates_match_float64_reference(hopper, matmul_error, index):
     rng = np.random.default_rng()
     for shapes in (((300, 520), (520, 264)), ((1100, 136), (136, 2056))):  # 1100 rows: raster's last group
         assert matmul_error(hopper, t, space[index], *shapes, "float16", rng) < 1e-2, (space[index], shapes)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shapes", [((300, 200), (200, 264)), ((3, 131, 72), (1, 72, 520)), ((1, 8), (8, 8))],
+                         ids=str)
+def test_cluster_candidates_match_float64_reference(hopper, matmul_error, shapes):
+    """Pairs of blocks sharing B by multicast; 300 rows make 3 M tiles of 128, so the
+    last pair's second block computes rows that do not exist (stores guarded)."""
+    t = CudaHopperWsMatmul()
+    rng = np.random.default_rng()
+    for dtype in ("float16", "bfloat16"):
+        for bn in (256, 128):
+            params = dict(t.space(hopper[1], 0)[0], cluster=2, block_n=bn)
+            assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, dtype)
 
 
 @pytest.mark.cuda

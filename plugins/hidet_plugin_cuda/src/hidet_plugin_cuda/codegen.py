@@ -161,7 +161,9 @@ class CudaCodegen(CStyleCodegen):
             return "__device__ __forceinline__"
         threads = block_threads(fn)
         bounds = f"{threads}" if "min_blocks" not in fn.attrs else f"{threads}, {int(fn.attrs['min_blocks'])}"
-        return f'extern "C" __global__ __launch_bounds__({bounds})'
+        cluster = int(fn.attrs.get("cluster_size", 1))
+        clusters = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
+        return f'extern "C" __global__{clusters} __launch_bounds__({bounds})'
 
     def scope_prefix(self, scope: Scope) -> str:
         if scope is Scope.SHARED:

@@ -189,8 +189,10 @@ def tma_load_2d(dst: Any, tensor_map: Any, bar: Any, col: Any, row: Any) -> AsmS
     return tma_load(dst, tensor_map, bar, (col, row))
 
 
-def tma_load(dst: Any, tensor_map: Any, bar: Any, coords: Any) -> AsmStmt:
-    """`tma_load_2d` for a map of any rank 1..5; `coords` innermost first."""
+def tma_load(dst: Any, tensor_map: Any, bar: Any, coords: Any, multicast: int = 0) -> AsmStmt:
+    """`tma_load_2d` for a map of any rank 1..5; `coords` innermost first. `multicast`
+    (a host bit mask of CTAs of the cluster, 0: none): the box lands at the same
+    shared-memory offset in each of those CTAs and completes on each one's `bar`."""
     from .lang import _pointer
 
     coords = tuple(coords)
@@ -204,11 +206,33 @@ def tma_load(dst: Any, tensor_map: Any, bar: Any, coords: Any) -> AsmStmt:
         address = _pointer(tensor_map, "tma_load")
     n = len(coords)
     where = ", ".join(f"%{2 + i}" for i in range(n))
-    template = (f"cp.async.bulk.tensor.{n}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                f"[%0], [%1, {{{where}}}], [%{2 + n}];")
+    if not isinstance(multicast, int) or not 0 <= multicast < 1 << 16:
+        raise ValueError(f"tma_load: multicast is a 16-bit host mask, got {multicast!r}")
+    suffix = f".multicast::cluster [%0], [%1, {{{where}}}], [%{2 + n}], {multicast};" if multicast else \
+        f" [%0], [%1, {{{where}}}], [%{2 + n}];"
+    template = f"cp.async.bulk.tensor.{n}d.shared::cluster.global.mbarrier::complete_tx::bytes" + suffix
+    if multicast:  # the mask is an immediate-free operand: a 16-bit register
+        template = "{\n.reg .b16 hf_mask;\nmov.b16 hf_mask, " + str(multicast) + ";\n" + \
+            template.replace(f"], {multicast};", "], hf_mask;") + "\n}"
     inputs = (("r", _shared_u32(dst)), ("l", address), *(("r", _i32(c)) for c in coords),
               ("r", _shared_u32(bar)))
     return AsmStmt(template, (), inputs, True, ("memory",))
+
+
+# ------------------------------------------------------------ clusters (sm_90)
+def mbarrier_arrive_cluster(bar: Any, cta_rank: Any) -> AsmStmt:
+    """Arrive on the mbarrier at `bar`'s offset in CTA `cta_rank` of this cluster
+    (``mapa`` then a release at cluster scope): a consumer releasing a stage that the
+    peer CTA's producer multicasts into."""
+    template = ("{\n.reg .b32 hf_remote;\nmapa.shared::cluster.u32 hf_remote, %0, %1;\n"
+                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [hf_remote];\n}")
+    return AsmStmt(template, (), (("r", _shared_u32(bar)), ("r", _i32(cta_rank))), True, ("memory",))
+
+
+def cluster_sync() -> AsmStmt:
+    """Every thread of every CTA of the cluster waits for all the others (after
+    mbarrier initialisation; before exit, so no peer arrives on freed shared memory)."""
+    return AsmStmt("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;", (), (), True, ("memory",))
 
 
 # A tensor map as a kernel parameter: `tensor_map_param(a, box)` inside a kernel is the
