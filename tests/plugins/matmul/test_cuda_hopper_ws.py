@@ -14,6 +14,7 @@ buffers.
 from __future__ import annotations
 
 import ctypes
+import json
 import shutil
 import subprocess
 import time
@@ -85,7 +86,13 @@ def test_signature_appends_grid_constant_maps_and_the_spec_lists_them_last():
     assert [p.kind for p in spec.params] == ["tensor"] * 3 + ["tensormap"] * 2
     assert spec.params[3].tensor_map == (0, 128, (128, 64)) and spec.params[3].shape == (131, 200)
     assert spec.params[4].tensor_map == (1, 128, (64, 64)) and spec.params[4].shape == (200, 264)
-    assert tuple(spec.grid)[0] == min(2 * 2, 132)  # persistent: no more blocks than tiles or SMs
+    assert tuple(spec.grid)[0] == min(2 * 2, 132)
+    # a saved model writes the parameters as JSON lists (runtime/saved_graph._kernel_json)
+    from hidet_plugin_cuda.kernel import ParamSpec
+
+    for p in spec.params:
+        row = [p.name, p.kind, p.dtype, list(p.shape)] + ([p.tensor_map] if p.tensor_map else [])
+        assert ParamSpec(*json.loads(json.dumps(row))) == p  # persistent: no more blocks than tiles or SMs
     # batched A and broadcast B: rank-3 maps, boxes one batch deep
     _, lowered = _lowered(((3, 40, 64), (1, 64, 72)), "bfloat16")
     (spec,) = kernel_specs(lowered)

@@ -53,7 +53,8 @@ class ParamSpec:
     kind: str
     dtype: str
     shape: tuple | None = attrs.field(default=None, converter=lambda s: None if s is None else tuple(s))
-    tensor_map: tuple | None = None
+    tensor_map: tuple | None = attrs.field(default=None, converter=lambda t: None if t is None else (
+        int(t[0]), int(t[1]), tuple(int(b) for b in t[2])))  # lists too: a saved model's JSON
 
     def __attrs_post_init__(self):
         if self.kind not in ("tensor", "scalar", "tensormap"):
