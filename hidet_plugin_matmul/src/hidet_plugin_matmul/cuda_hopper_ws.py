@@ -61,8 +61,8 @@ def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
 
 def ws_space(target: Any, level: int) -> list[dict]:
     """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
-    many stages as shared memory holds (and one or two fewer), raster on or off; empty
-    on anything but sm_90."""
+    many stages as shared memory holds (at most 8) and fewer, raster on or off with the
+    most stages, at level 2 two-block clusters too; empty on anything but sm_90."""
     if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
         return []
     out = [DEFAULT]
@@ -72,17 +72,21 @@ def ws_space(target: Any, level: int) -> list[dict]:
         if p not in out and ws_legal(p, target):
             out.append(p)
 
-    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (1, 2, 256), (1, 2, 128), (2, 1, 192), (1, 1, 256)]
+    # (2, 1, 64): few rows (M <= 128) get N / 64 tiles, enough blocks to stream B at full rate
+    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (2, 1, 64), (1, 2, 256), (1, 2, 128), (2, 1, 192),
+              (1, 1, 256), (1, 2, 64)]
     if level >= 1:
         smem = target_int(target, "smem_per_block_optin", 227 * 1024)
-        for c, mt, bn in shapes[: 3 if level == 1 else len(shapes)]:
+        for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
             most = (smem - 1024) // ((64 * c * mt + bn) * BK * 2)
-            for stages in sorted({min(most, 8), most - 1} if level == 1 else set(range(3, min(most, 8) + 1))):
-                for raster in ((0, 8) if level >= 2 or stages == min(most, 8) else (0,)):
+            top = min(most, 8)
+            counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
+            for stages in sorted(counts):
+                for raster in ((0, 8) if stages == top else (0,)):
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
-        if level >= 2:  # pairs of blocks along M sharing B's tile (TMA multicast)
-            for p in [q for q in out if q["consumers"] == 2 and q["raster"] == 0]:
-                add(dict(p, cluster=2))
+                if level >= 2 and c == 2 and bn >= 128 and stages >= top - 1:
+                    # pairs of blocks along M sharing B's tile (TMA multicast)
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
     return out
 
 

@@ -277,7 +277,7 @@ def test_default_matches_float64_reference(hopper, matmul_error, shapes, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("index", range(1, 9))
+@pytest.mark.parametrize("index", range(1, 12))
 def test_space1_candidates_match_float64_reference(hopper, matmul_error, index):
     t = CudaHopperWsMatmul()
     space = t.space(hopper[1], 1)
