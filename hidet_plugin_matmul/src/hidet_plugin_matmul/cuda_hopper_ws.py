@@ -90,6 +90,17 @@ def ws_space(target: Any, level: int) -> list[dict]:
     return out
 
 
+def ws_tile(t: Any, rank: Any, grid_n: int, unit_m: int, batch: int, raster: int, cl: int) -> tuple:
+    """(batch, M tile, N tile) of work unit `t` (IR or int) for the block of rank `rank`
+    in its cluster: units are numbered by `block_tile` over (unit_m, grid_n) per batch
+    entry, and a unit is `cl` M tiles (rank r takes M tile cl * unit + r)."""
+    per_batch = grid_n * unit_m
+    within = t % per_batch if batch > 1 else t
+    bz = t // per_batch if batch > 1 else 0
+    m_unit, n_tile = block_tile(within % grid_n, within // grid_n, grid_n, unit_m, raster)
+    return bz, (m_unit * cl + rank if cl > 1 else m_unit), n_tile
+
+
 class CudaHopperWsMatmul(Template):
     """fp16/bf16 matmul, TMA + warp-specialised wgmma, persistent (sm_90a); see the module docstring."""
 
@@ -151,11 +162,7 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     set_regs = consumers == 2
 
     def tile_coords(t, rank):
-        """(batch, M tile, N tile) of work unit t for the block of rank `rank` in its cluster."""
-        within = t % per_batch if batch > 1 else t
-        bz = t // per_batch if batch > 1 else 0
-        m_unit, n_tile = block_tile(within % grid_n, within // grid_n, grid_n, unit_m, raster)
-        return bz, (m_unit * cl + rank if cl > 1 else m_unit), n_tile
+        return ws_tile(t, rank, grid_n, unit_m, batch, raster, cl)
 
     def coords(index):  # TMA coordinates are innermost first
         return tuple(reversed(index))

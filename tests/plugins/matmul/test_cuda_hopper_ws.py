@@ -71,6 +71,24 @@ def test_applies_to_half_types_with_aligned_rows_only():
         t.build(task, attrs, {"consumers": 2, "m_tiles": 2, "block_n": 256, "stages": 4, "raster": 0}, _target())
 
 
+@pytest.mark.parametrize("grid_m, grid_n, batch, raster, cl, sms",
+                         [(32, 16, 1, 0, 1, 132), (32, 16, 1, 8, 1, 132), (11, 5, 3, 8, 1, 132), (7, 3, 2, 0, 2, 132),
+                          (9, 4, 1, 8, 2, 10), (1, 1, 1, 0, 2, 132), (17, 3, 1, 8, 1, 7)])
+def test_persistent_blocks_cover_every_tile_once(grid_m, grid_n, batch, raster, cl, sms):
+    """The persistent loop as the kernel runs it (blocks, work units, ranks), with the
+    grid the template launches; with clusters an odd M gets one phantom tile."""
+    from hidet_plugin_matmul.cuda_hopper_ws import ws_tile
+
+    unit_m = -(-grid_m // cl)
+    units = unit_m * grid_n * batch
+    grid = min(units, sms // cl) * cl
+    seen = [ws_tile(t, block % cl, grid_n, unit_m, batch, raster, cl)
+            for block in range(grid) for t in range(block // cl, units, grid // cl)]
+    real = [x for x in seen if x[1] < grid_m]
+    assert sorted(real) == [(z, i, j) for z in range(batch) for i in range(grid_m) for j in range(grid_n)]
+    assert len(seen) - len(real) == (unit_m * cl - grid_m) * grid_n * batch
+
+
 def test_signature_appends_grid_constant_maps_and_the_spec_lists_them_last():
     from hidet_plugin_cuda.codegen import generate, kernel_specs
 
