@@ -84,8 +84,9 @@ def ws_space(target: Any, level: int) -> list[dict]:
             for stages in sorted(counts):
                 for raster in ((0, 8) if stages == top else (0,)):
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
-                if level >= 2 and c == 2 and bn >= 128 and stages >= top - 1:
-                    # pairs of blocks along M sharing B's tile (TMA multicast)
+                if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
+                    # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
+                    # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
     return out
 
