@@ -56,7 +56,8 @@ def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
     cfg = ws_config(params)
     # 1 KiB kept for the static shared memory (the mbarriers)
     return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
-            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2))
+            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2)
+            and params["consumers"] in (1, 2))  # 3: ptxas wants >= 154 registers under a 128 cap
 
 
 def ws_space(target: Any, level: int) -> list[dict]:

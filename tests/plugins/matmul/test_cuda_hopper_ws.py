@@ -69,6 +69,8 @@ def test_applies_to_half_types_with_aligned_rows_only():
     task, attrs = matmul_task((64, 64), (64, 64), "float16")
     with pytest.raises(ValueError, match="does not fit"):
         t.build(task, attrs, {"consumers": 2, "m_tiles": 2, "block_n": 256, "stages": 4, "raster": 0}, _target())
+    with pytest.raises(ValueError, match="does not fit"):  # 512 threads: ptxas cannot fit 128 accumulators
+        t.build(task, attrs, {"consumers": 3, "m_tiles": 1, "block_n": 256, "stages": 3, "raster": 0}, _target())
 
 
 @pytest.mark.parametrize("grid_m, grid_n, batch, raster, cl, sms",
