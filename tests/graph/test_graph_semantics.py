@@ -1,0 +1,118 @@
+"""What the graph passes keep that a user relies on: a half-precision model's inputs and
+tasks keep their names (errors and kernel names show them), inverse maps an operator
+gives survive the conversion, rewrite rules run phase by phase with 1 as the phase of
+a rule that names none, and the no-fixpoint warning lists the rules still firing.
+Written against survivors of the graph group's mutation run (issue 12)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import hidet_framework as hf
+from hidet_framework.compute import Task, compute, tensor_input
+from hidet_framework.compute.task import InverseMap
+from hidet_framework.graph.passes import GraphPassContext, rewrite_patterns
+from hidet_framework.graph.passes.convert_float_dtype import convert_float_dtype, retype_task
+from hidet_framework.ir import var
+from hidet_framework.runtime.compiled_graph import GraphInputError
+
+
+def _names(graph) -> list[str]:
+    return [op.name for op in graph.nodes]
+
+
+# ------------------------------------------------------------------ convert_float_dtype
+
+def test_a_half_model_keeps_the_names_of_its_inputs_and_tasks(dummy, rng):
+    x = hf.symbol((3, 5), "float32", name="pixels")
+    ids = hf.symbol((3, 5), "int64", name="ids")
+    g = hf.trace(dummy.add(dummy.scale(x, 3.0), x), inputs=[x, ids])
+    half = convert_float_dtype(g, "float16")
+    assert [t.name for t in half.inputs] == ["pixels", "ids"]
+    assert [t.dtype.name for t in half.inputs] == ["float16", "int64"]
+    assert [op.task.name for op in half.nodes] == ["scale", "add"] == [op.task.name for op in g.nodes]
+    fn = hf.compile(g, target="cpu", dtype="float16")
+    xv = rng.standard_normal((3, 5)).astype(np.float32)
+    # the error a user sees for a float32 array names the input, as for the float32 model
+    wrong = r"input 0 \('pixels'\): expected float16\[3, 5\], got float32.*cast it"
+    with pytest.raises(GraphInputError, match=wrong):
+        fn(xv, np.zeros((3, 5), np.int64))
+    got = fn(xv.astype(np.float16), np.zeros((3, 5), np.int64))
+    want = xv.astype(np.float16).astype(np.float64) * 4.0
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3)
+
+
+def test_an_inverse_map_given_by_an_operator_survives_the_conversion():
+    """An operator (a plugin's) reading an int64 tensor as a reshape and giving the
+    inverse map itself: its output becomes float16, the int64 input is not converted,
+    and the map stays keyed by that input (fusion uses it to graft stores)."""
+    ids = tensor_input("ids", "int64", [6])
+    y = compute("y", [2, 3], lambda i, j: ids[i * 3 + j] * 1.0)
+    assert y.dtype.name == "float32"
+    j0 = var("j0")
+    given = InverseMap((j0,), (j0 / 3, j0 % 3))
+    task = Task("reshape_to_float", [ids], [y], inverse_maps={ids: given})
+    half = retype_task(task, [False], "float16")
+    assert half.inputs[0] is ids and half.outputs[0].dtype.name == "float16"
+    assert half.inverse_map(ids) is given
+    assert list(half.inverse_maps) == [ids]
+
+
+# ------------------------------------------------------------------ rewrite phases
+
+class _Rule:
+    """scale(x) -> what `make(x)` builds; `phase` only when given (None: no attribute)."""
+    op_names = ("scale",)
+
+    def __init__(self, name, make, phase=None):
+        self.name, self.make = name, make
+        if phase is not None:
+            self.phase = phase
+
+    def rewrite(self, op):
+        return [self.make(op.inputs[0])]
+
+
+def test_a_rule_without_a_phase_runs_after_phase_0_and_before_phase_2(dummy):
+    x = hf.symbol((4,), "float32", name="x")
+    g = hf.trace(dummy.scale(x, 5.0), inputs=[x])
+    to_add = lambda t: dummy.add(t, t)          # noqa: E731
+    drop = lambda t: t                          # noqa: E731
+    # registered first but of phase 2: the default-phase rule has already replaced the
+    # scale by the time phase 2 runs
+    late = _Rule("drop_late", drop, phase=2)
+    default = _Rule("to_add", to_add)
+    assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[late, default]))) == ["add"]
+    # registered after the default-phase rule but of phase 0: it runs first
+    early = _Rule("drop_early", drop, phase=0)
+    assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[default, early]))) == []
+    # the same phase: registration order decides
+    same = _Rule("drop_same", drop, phase=1)
+    assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[default, same]))) == ["add"]
+    assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[same, default]))) == []
+
+
+def test_the_no_fixpoint_warning_lists_every_rule_still_firing(dummy):
+    class Negate:
+        """op(x, f) -> op(x, -f) for its own operator: never settles."""
+
+        def __init__(self, name, op_name, build):
+            self.name, self.op_names, self.build = name, (op_name,), build
+
+        def rewrite(self, op):
+            return [self.build(op)]
+
+    x = hf.symbol((3,), "float32", name="x")
+    g = hf.trace(dummy.add(dummy.scale(x, 2.0), dummy.mix(x, x, 3)), inputs=[x])
+    flip = Negate("flip", "scale", lambda op: dummy.scale(op.inputs[0], -op.attributes["factor"]))
+    swap = Negate("swap", "mix", lambda op: dummy.mix(op.inputs[1], op.inputs[0], 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rewrite_patterns(g, GraphPassContext(rewrite_rules=[swap, flip], max_rewrite_rounds=3))
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1
+    assert "did not reach a fixpoint in 3 rounds; rules still firing: flip, swap. Keeping the last graph." \
+        in messages[0]
