@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing with mutmut over the modules whose tests issue 12 asked to be strong:
 # the IR (ir/, analysis/, simplifier/, mapping/), compute definitions, fusion, the
-# graph, the tuner and the CPU plugin's C code generator. Not part of CI: a full run of
-# the larger groups takes hours on two cores. See docs/testing.md for the scores
+# graph, the tuner and the CPU plugin's C code generation (its printer, and its parallel
+# loops, thread pool and vector math). Not part of CI: a full run of the larger groups
+# takes hours on two cores. See docs/testing.md for the scores
 # measured and the survivors judged.
 #
 #   scripts/mutation.sh                       every group below, every mutant
@@ -59,9 +60,10 @@ declare -A MUTATION_GROUPS=(
   [fusion]="hidet_framework/fusion/*.py|tests/fusion/test_legality.py tests/fusion/test_legality_negative.py tests/fusion/test_fusion_boundaries.py tests/fusion/test_elementwise_chains.py tests/fusion/test_epilogue.py tests/fusion/test_prologue.py tests/fusion/test_fallbacks.py tests/fusion/test_template_graft.py"
   [graph]="hidet_framework/graph/*.py hidet_framework/graph/passes/*.py|tests/graph tests/runtime"
   [tuner]="hidet_framework/tuner/*.py|tests/tuner tests/plugins/example"
+  [cpu_parallel_math]="hidet_plugin_cpu/parallel.py hidet_plugin_cpu/thread_pool.py hidet_plugin_cpu/vector_math.py|tests/plugins/cpu/test_thread_pool.py tests/plugins/cpu/test_thread_pool_boundaries.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_vector_math_boundaries.py tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_dsl_kernels.py"
   [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/plugins/cpu/test_thread_pool.py tests/backend/test_signature.py tests/backend/test_naming.py"
 )
-ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen)
+ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen cpu_parallel_math)
 selected=("$@")
 [ ${#selected[@]} -eq 0 ] && selected=("${ORDER[@]}")
 
