@@ -13,8 +13,9 @@ import pytest
 import hidet_framework as hf
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.compute.task import InverseMap
-from hidet_framework.graph.passes import GraphPassContext, rewrite_patterns
-from hidet_framework.graph.passes.convert_float_dtype import convert_float_dtype, retype_task
+from hidet_framework.graph.passes import GraphPassContext, GraphRewriteError, rewrite_patterns
+from hidet_framework.graph.passes.convert_float_dtype import (convert_float_dtype, float32_to_bfloat16_bits,
+                                                             retype_task)
 from hidet_framework.ir import var
 from hidet_framework.runtime.compiled_graph import GraphInputError
 
@@ -59,6 +60,57 @@ def test_an_inverse_map_given_by_an_operator_survives_the_conversion():
     assert half.inputs[0] is ids and half.outputs[0].dtype.name == "float16"
     assert half.inverse_map(ids) is given
     assert list(half.inverse_maps) == [ids]
+
+
+def test_float16_constants_saturate_on_both_sides_and_keep_specials():
+    """Finite weights beyond float16's range become +-65504 (not infinities, which
+    would turn 0 * w into NaN); infinities and NaN stay what they are."""
+    x = hf.symbol((6,), "float32", name="x")
+    w = hf.constant(np.array([1e5, -1e5, 3.0e38, 65504.0, np.inf, np.nan], np.float32))
+    half = convert_float_dtype(hf.trace(hf.ops.mul(x, w), inputs=[x]), "float16")
+    stored = half.constants()[0].storage
+    assert stored.dtype == np.float16
+    assert stored[:4].tolist() == [65504.0, -65504.0, 65504.0, 65504.0]
+    assert stored[4] == np.inf and np.isnan(stored[5])
+
+
+def test_bfloat16_bits_of_any_float_input_and_signed_nans():
+    """The helper users call to feed bfloat16 models: float64 arrays and lists are read
+    as the float32 values they hold; a NaN stays a quiet NaN of its own sign."""
+    values = [1.0, -2.5, 3.140625, 1e-3, 65504.0, -0.0]
+    want = float32_to_bfloat16_bits(np.array(values, np.float32))
+    assert want.dtype == np.uint16 and want.shape == (6,)
+    assert np.array_equal(float32_to_bfloat16_bits(np.array(values, np.float64)), want)
+    assert np.array_equal(float32_to_bfloat16_bits(values), want)
+    assert want[0] == 0x3F80 and want[1] == 0xC020 and want[5] == 0x8000
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf], np.float32)
+    specials[1] = -np.abs(specials[1])          # a NaN with its sign bit set
+    assert float32_to_bfloat16_bits(specials).tolist() == [0x7FC0, 0xFFC0, 0x7F80, 0xFF80]
+
+
+def test_retyped_tasks_keep_their_attributes(dummy):
+    """Templates read a task's attributes (a factor, an axis, a target type): they
+    survive the conversion, with a float32 type named as the new one."""
+    x = hf.symbol((4,), "float32", name="x")
+    g = hf.trace(hf.ops.cast(dummy.scale(x, 0.75), "float32"), inputs=[x])
+    half = convert_float_dtype(g, "bfloat16")
+    scale, cast_op = half.nodes
+    assert scale.task.attributes == {"factor": 0.75} == scale.attributes
+    assert cast_op.task.attributes == {"dtype": "bfloat16"} == cast_op.attributes
+
+
+def test_a_rewrite_rule_returning_a_non_tensor_is_named_in_the_error(dummy):
+    class Broken:
+        point, op_names, name = "graph_rewrite", ("scale",), "broken_rule"
+
+        def rewrite(self, op):
+            return [3]
+
+    x = hf.symbol((3,), "float32", name="x")
+    g = hf.trace(dummy.scale(x), inputs=[x])
+    with pytest.raises(GraphRewriteError, match=r"rule 'broken_rule' on .*scale.*output 0 replacement is int, "
+                                                r"not a Tensor"):
+        rewrite_patterns(g, GraphPassContext(rewrite_rules=[Broken()]))
 
 
 # ------------------------------------------------------------------ rewrite phases
