@@ -24,6 +24,23 @@ def _names(graph) -> list[str]:
     return [op.name for op in graph.nodes]
 
 
+# ------------------------------------------------------------------ constants
+
+def test_a_constant_given_a_dtype_holds_values_of_that_dtype(rng):
+    """hf.constant(values, dtype=...) converts the values (as numpy would), so the
+    kernels read the dtype the graph says."""
+    c = hf.constant([1.7, -2.2, 3.0], dtype="int32")
+    assert c.dtype.name == "int32" and c.storage.dtype == np.int32 and c.storage.tolist() == [1, -2, 3]
+    h = hf.constant([0.1, 60000.0], dtype="float16")
+    assert h.storage.dtype == np.float16 and h.storage.tolist() == [np.float16(0.1), np.float16(60000.0)]
+    d = hf.constant(np.arange(3, dtype=np.int8), dtype="float64")
+    assert d.storage.dtype == np.float64
+    x = hf.symbol((3,), "int32", name="x")
+    fn = hf.compile(hf.trace(hf.ops.add(x, c), inputs=[x]), target="cpu")
+    xv = rng.integers(-100, 100, 3).astype(np.int32)
+    np.testing.assert_array_equal(fn(xv), xv + np.array([1, -2, 3], np.int32))
+
+
 # ------------------------------------------------------------------ convert_float_dtype
 
 def test_a_half_model_keeps_the_names_of_its_inputs_and_tasks(dummy, rng):
