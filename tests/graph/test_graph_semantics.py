@@ -13,7 +13,8 @@ import pytest
 import hidet_framework as hf
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.compute.task import InverseMap
-from hidet_framework.graph.passes import GraphPassContext, GraphRewriteError, rewrite_patterns
+from hidet_framework.graph import Operator
+from hidet_framework.graph.passes import GraphPassContext, GraphRewriteError, fold_constants, rewrite_patterns
 from hidet_framework.graph.passes.convert_float_dtype import (convert_float_dtype, float32_to_bfloat16_bits,
                                                              retype_task)
 from hidet_framework.ir import var
@@ -39,6 +40,73 @@ def test_a_constant_given_a_dtype_holds_values_of_that_dtype(rng):
     fn = hf.compile(hf.trace(hf.ops.add(x, c), inputs=[x]), target="cpu")
     xv = rng.integers(-100, 100, 3).astype(np.int32)
     np.testing.assert_array_equal(fn(xv), xv + np.array([1, -2, 3], np.int32))
+
+
+def test_a_constant_from_a_transposed_array_is_stored_in_c_order(rng):
+    """Kernels read constants row-major: a Fortran-ordered (transposed) array is copied
+    into C order, and the copy is the constant's own."""
+    w = rng.standard_normal((3, 5)).astype(np.float32)
+    c = hf.constant(w.T)
+    assert c.shape == (5, 3) and c.storage.flags.c_contiguous and np.array_equal(c.storage, w.T)
+    w[0, 0] = 1e6
+    assert c.storage[0, 0] != 1e6
+    x = hf.symbol((5, 3), "float32", name="x")
+    fn = hf.compile(hf.trace(hf.ops.add(x, c), inputs=[x]), target="cpu")
+    xv = rng.standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_allclose(fn(xv), xv + c.storage, rtol=1e-6)
+
+
+def _two_outputs(x, z):
+    """(x + z, x - z): an operator with two outputs."""
+    a, b = tensor_input("a", x.dtype, x.shape), tensor_input("b", z.dtype, z.shape)
+    s = compute("s", x.shape, lambda *i: a[i] + b[i])
+    d = compute("d", x.shape, lambda *i: a[i] - b[i])
+    return Operator("sum_diff", [x, z], Task("sum_diff", [a, b], [s, d])).outputs
+
+
+def test_how_a_graph_prints():
+    x = hf.symbol((2, 3), "float32", name="x")
+    z = hf.symbol((2, 3), "float32", name="z")
+    s, d = _two_outputs(x, z)
+    g = hf.trace([d, s], inputs=[x, z])
+    assert repr(g) == ("FlowGraph(inputs=[Tensor(x: f32[2, 3], input), Tensor(z: f32[2, 3], input)])\n"
+                       "  sum_diff_out0: f32[2, 3], sum_diff_out1: f32[2, 3] = sum_diff(x, z)\n"
+                       "  return sum_diff_out1, sum_diff_out0")
+    assert repr(s) == "Tensor(sum_diff_out0: f32[2, 3], sum_diff)"
+    assert repr(s.producer) == "sum_diff(x, z)"
+
+
+def test_folding_goes_on_past_operators_it_cannot_evaluate(dummy):
+    """An operator the evaluator declines stays; the ones after it are still folded,
+    and the pass counts both kinds."""
+    from hidet_framework.runtime.evaluate_task import interpret_task
+
+    def evaluate(task, arrays):
+        return None if task.name == "scale" else interpret_task(task, arrays)
+
+    x = hf.symbol((3,), "float32", name="x")
+    c1, c2, c3 = (hf.constant(np.full(3, v, np.float32)) for v in (1.0, 2.0, 4.0))
+    g = hf.trace(dummy.add(dummy.add(dummy.scale(c1), x), dummy.add(dummy.scale(c3), dummy.add(c2, c3))),
+                 inputs=[x])
+    assert _names(g)[0] == "scale"
+    ctx = GraphPassContext(evaluate=evaluate)
+    folded = fold_constants(g, ctx)
+    assert ctx.stats == {"fold_constants": {"folded": 1, "not_evaluable": 2}}
+    assert sorted(_names(folded)) == ["add", "add", "add", "scale", "scale"]
+    assert any(c.name.endswith("_folded") and np.array_equal(c.storage, np.full(3, 6.0)) for c in folded.constants())
+
+
+def test_a_folded_bfloat16_result_stays_bfloat16(dummy):
+    """Folding stores the result with the operator's dtype: bfloat16 values held as
+    uint16 bits stay bfloat16 (not uint16)."""
+    bits = float32_to_bfloat16_bits(np.array([1.5, -2.0, 0.25], np.float32))
+    c = hf.constant(bits, dtype="bfloat16")
+    want = float32_to_bfloat16_bits(np.array([3.0, -4.0, 0.5], np.float32))
+    x = hf.symbol((3,), "bfloat16", name="x")
+    g = hf.trace(dummy.add(dummy.add(c, c), x), inputs=[x])
+    folded = fold_constants(g, GraphPassContext(evaluate=lambda task, arrays: [want.copy()]))
+    (c2,) = folded.constants()
+    assert c2.dtype.name == "bfloat16" and np.array_equal(c2.storage, want) and _names(folded) == ["add"]
 
 
 # ------------------------------------------------------------------ convert_float_dtype
@@ -162,6 +230,30 @@ def test_a_rule_without_a_phase_runs_after_phase_0_and_before_phase_2(dummy):
     same = _Rule("drop_same", drop, phase=1)
     assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[default, same]))) == ["add"]
     assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[same, default]))) == []
+
+
+def test_rewrite_results_and_messages(dummy):
+    """A rule may return the one replacement tensor bare; a wrong count is refused
+    with the counts; a rule without a name is named by its class."""
+    x = hf.symbol((3,), "float32", name="x")
+    g = hf.trace(dummy.add(dummy.scale(x), x), inputs=[x])
+
+    class Bare:
+        op_names = ("scale",)
+
+        def rewrite(self, op):
+            return op.inputs[0]
+
+    assert _names(rewrite_patterns(g, GraphPassContext(rewrite_rules=[Bare()]))) == ["add"]
+
+    class TooMany:
+        op_names = ("scale",)
+
+        def rewrite(self, op):
+            return [op.inputs[0], op.inputs[0]]
+
+    with pytest.raises(GraphRewriteError, match=r"rule 'TooMany' on scale\(x\): returned 2 tensors for 1 outputs"):
+        rewrite_patterns(g, GraphPassContext(rewrite_rules=[TooMany()]))
 
 
 def test_the_no_fixpoint_warning_lists_every_rule_still_firing(dummy):
