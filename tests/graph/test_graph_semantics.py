@@ -14,7 +14,8 @@ import hidet_framework as hf
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.compute.task import InverseMap
 from hidet_framework.graph import Operator
-from hidet_framework.graph.passes import GraphPassContext, GraphRewriteError, fold_constants, rewrite_patterns
+from hidet_framework.graph.passes import (GraphPassContext, GraphRewriteError, eliminate_common_subexpressions,
+                                          fold_constants, rewrite_patterns)
 from hidet_framework.graph.passes.convert_float_dtype import (convert_float_dtype, float32_to_bfloat16_bits,
                                                              retype_task)
 from hidet_framework.ir import var
@@ -254,6 +255,55 @@ def test_rewrite_results_and_messages(dummy):
 
     with pytest.raises(GraphRewriteError, match=r"rule 'TooMany' on scale\(x\): returned 2 tensors for 1 outputs"):
         rewrite_patterns(g, GraphPassContext(rewrite_rules=[TooMany()]))
+
+
+def test_a_declining_rule_lets_the_next_one_answer_and_rounds_are_bounded(dummy):
+    """Rules for one operator are tried in order until one answers; a rule naming no
+    operators sees none; max_rewrite_rounds=1 still runs one round, 0 runs none; the
+    pass counts the rewrites."""
+    x = hf.symbol((3,), "float32", name="x")
+    g = hf.trace(dummy.add(dummy.scale(dummy.scale(x)), x), inputs=[x])
+    declines = _Rule("declines", lambda t: None)
+    declines.rewrite = lambda op: None
+    drop = _Rule("drop", lambda t: t)
+
+    class Nameless:
+        def rewrite(self, op):
+            raise AssertionError("a rule without op_names is shown no operator")
+
+    ctx = GraphPassContext(rewrite_rules=[Nameless(), declines, drop])
+    assert _names(rewrite_patterns(g, ctx)) == ["add"]
+    assert ctx.stats == {"rewrite_patterns": {"applied": 2}}
+    one = GraphPassContext(rewrite_rules=[drop], max_rewrite_rounds=1)
+    with pytest.warns(RuntimeWarning, match="fixpoint in 1 rounds; rules still firing: drop"):
+        assert _names(rewrite_patterns(g, one)) == ["add"]   # one round reaches every scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rewrite_patterns(g, GraphPassContext(rewrite_rules=[drop], max_rewrite_rounds=0)) is g
+
+
+def test_the_no_fixpoint_warning_points_at_the_caller(dummy):
+    class Flip:
+        op_names, name = ("scale",), "flip"
+
+        def rewrite(self, op):
+            return [dummy.scale(op.inputs[0], -op.attributes["factor"])]
+
+    x = hf.symbol((3,), "float32", name="x")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rewrite_patterns(hf.trace(dummy.scale(x), inputs=[x]), GraphPassContext(rewrite_rules=[Flip()]))
+    assert [w.filename for w in caught if issubclass(w.category, RuntimeWarning)] == [__file__]
+
+
+def test_common_subexpressions_are_counted_one_by_one(dummy):
+    x = hf.symbol((3,), "float32", name="x")
+    copies = [dummy.scale(x, 2.0) for _ in range(4)]
+    g = hf.trace(dummy.add(dummy.add(copies[0], copies[1]), dummy.add(copies[2], copies[3])), inputs=[x])
+    ctx = GraphPassContext()
+    merged = eliminate_common_subexpressions(g, ctx)
+    assert ctx.stats["eliminate_common_subexpressions"]["merged"] == 4   # 3 scales, then 1 add
+    assert _names(merged) == ["scale", "add", "add"]
 
 
 def test_the_no_fixpoint_warning_lists_every_rule_still_firing(dummy):
