@@ -65,6 +65,20 @@ def _two_outputs(x, z):
     return Operator("sum_diff", [x, z], Task("sum_diff", [a, b], [s, d])).outputs
 
 
+def test_defaults_of_symbols_outputs_and_the_constant_look_up(dummy):
+    """A symbol without a name gets its own t<uid>; each output of an operator knows
+    which output it is; computed_from_constants looks 65 producers up by default (the
+    depth the CPU packing rules were written for)."""
+    x = hf.symbol((2, 3))
+    assert x.name == f"t{x.uid}" and x.dtype.name == "float32"
+    s, d = _two_outputs(x, hf.symbol((2, 3), name="z"))
+    assert (s.index, d.index) == (0, 1) and s.producer is d.producer
+    t = hf.constant(np.ones((2,), np.float32))
+    for depth in range(1, 67):
+        t = dummy.scale(t)
+        assert t.computed_from_constants() is (depth <= 65), depth
+
+
 def test_how_a_graph_prints():
     x = hf.symbol((2, 3), "float32", name="x")
     z = hf.symbol((2, 3), "float32", name="z")
