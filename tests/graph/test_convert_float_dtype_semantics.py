@@ -139,3 +139,16 @@ def test_nans_with_payloads_become_the_quiet_nan_of_their_sign():
     bits = float32_to_bfloat16_bits(payloads.view(np.float32))
     assert bits.tolist() == [0x7FC0, 0x7FC0, 0xFFC0, 0xFFC0, 0x7FC0, 0xFFC0, 0x7FC0]
     assert np.isnan(_bf16_to_float(bits)).all()
+
+
+def test_a_cast_to_float32_in_a_half_model_rounds_through_float32(rng):
+    """cast(x64, "float32") in a float16 model: the value is rounded to float32 as the
+    model says, then once more to float16 (not straight from float64: the two differ
+    where the float32 rounding lands on a float16 tie)."""
+    x = hf.symbol((6,), "float64", name="x")
+    fn = hf.compile(hf.trace(hf.ops.cast(x, "float32"), inputs=[x]), target="cpu", dtype="float16")
+    ties = 1.0 + 2.0 ** -11 + np.array([2.0 ** -30, -2.0 ** -30, 2.0 ** -40, 0.0, 2.0 ** -25, -2.0 ** -26])
+    assert not np.array_equal(ties.astype(np.float16), ties.astype(np.float32).astype(np.float16))
+    got = fn(ties)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, ties.astype(np.float32).astype(np.float16))
