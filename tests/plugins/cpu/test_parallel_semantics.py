@@ -190,3 +190,24 @@ def test_two_parallel_loops_in_one_function_and_the_tasks_before_the_functions(c
     out = np.full_like(a, np.nan)
     lib["twice"](a, out, len(a))
     np.testing.assert_array_equal(out, (a + np.float32(1.0)) * np.float32(2.0))
+
+
+def test_locals_of_one_loop_body_are_not_captured_by_the_next(cpu_backend, rng):
+    """Two parallel loops whose bodies declare the same local, inner loop variable and
+    let-bound value (a template reusing its names): each task declares its own, and
+    captures only what the function itself holds."""
+    n = var("n")
+    x, y = var("x", tensor_type("float32", [n, 4])), var("y", tensor_type("float32", [n, 4]))
+    i, j, acc, two = var("i"), var("j"), var("acc", "float32"), var("two", "float32")
+
+    def body(first):
+        value = x[i, j] * two + acc if first else y[i, j] + x[i, j] * two + acc
+        return seq(DeclareStmt(acc, const(0.0)), LetStmt(two, const(2.0), ForStmt(j, 4, BufferStoreStmt(y, [i, j], value))))
+
+    loops = seq(ForStmt(i, n, body(True), parallel=True), ForStmt(i, n, body(False), parallel=True))
+    lib, source = _build(cpu_backend, module("reuse", [Function("reuse", [x, y, n], loops)]))
+    assert source.count("hidet_parallel_for(reuse_par") == 2
+    a = rng.standard_normal((GRAIN_WORK // 2 + 3, 4)).astype(np.float32)
+    out = np.full_like(a, np.nan)
+    lib["reuse"](a, out, len(a))
+    np.testing.assert_array_equal(out, a * np.float32(4.0))
