@@ -63,11 +63,13 @@ declare -A MUTATION_GROUPS=(
   [cpu_parallel_math]="hidet_plugin_cpu/parallel.py hidet_plugin_cpu/thread_pool.py hidet_plugin_cpu/vector_math.py|tests/plugins/cpu/test_thread_pool.py tests/plugins/cpu/test_thread_pool_boundaries.py tests/plugins/cpu/test_parallel_semantics.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_vector_math_boundaries.py tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_dsl_kernels.py"
   [cpu_codegen]="hidet_plugin_cpu/codegen.py hidet_framework/backend/c_style.py hidet_framework/backend/c_style_expr.py|tests/plugins/cpu/test_codegen_source.py tests/plugins/cpu/test_codegen_boundaries.py tests/plugins/cpu/test_codegen_semantics.py tests/plugins/cpu/test_codegen_kernels.py tests/plugins/cpu/test_bf16_ties_and_zero_size.py tests/plugins/cpu/test_dsl_kernels.py tests/plugins/cpu/test_vector_math.py tests/plugins/cpu/test_call_time_checks.py tests/plugins/cpu/test_thread_pool.py tests/backend/test_signature.py tests/backend/test_naming.py"
 )
-# extra pytest arguments per group. graph: the evaluator run of the twenty-op model takes
-# 35 of the 49 s that the group's selection needs, and every mutant of the graph core
-# that survives would pay it; its cpu run (same graph, same passes) stays in.
+# extra pytest arguments per group. graph and compute: the evaluator run of the twenty-op
+# model takes 35 of the 49 s that the graph tests need, and every mutant of a core
+# function that survives would pay it; its cpu run (same graph, same passes) stays in.
+slow_model="--deselect tests/graph/test_ops_graph.py::test_twenty_op_graph_matches_numpy[evaluator]"
 declare -A MUTATION_PYTEST_ARGS=(
-  [graph]="--deselect tests/graph/test_ops_graph.py::test_twenty_op_graph_matches_numpy[evaluator]"
+  [graph]="$slow_model"
+  [compute]="$slow_model"
 )
 ORDER=(simplifier analysis mapping ir compute fusion graph tuner cpu_codegen cpu_parallel_math)
 selected=("$@")
