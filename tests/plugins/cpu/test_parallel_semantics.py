@@ -211,3 +211,33 @@ def test_locals_of_one_loop_body_are_not_captured_by_the_next(cpu_backend, rng):
     out = np.full_like(a, np.nan)
     lib["reuse"](a, out, len(a))
     np.testing.assert_array_equal(out, a * np.float32(4.0))
+
+
+def test_a_parallel_loop_inside_a_task_stays_serial_even_when_large(cpu_backend, rng):
+    """Only the outermost parallel loop becomes a pool task, also for the second loop
+    of a function; a nested one, large enough to be shared on its own, runs inside its
+    chunk (a task never hands work to the pool)."""
+    rows, cols = 3, SERIAL_WORK + 11
+    x, y = var("x", tensor_type("float32", [rows, cols])), var("y", tensor_type("float32", [rows, cols]))
+    r, j, r2, j2 = var("r"), var("j"), var("r2"), var("j2")
+    first = ForStmt(r, rows, ForStmt(j, cols, BufferStoreStmt(y, [r, j], x[r, j] + 1.0), parallel=True), parallel=True)
+    second = ForStmt(r2, rows, ForStmt(j2, cols, BufferStoreStmt(y, [r2, j2], y[r2, j2] * 2.0), parallel=True),
+                     parallel=True)
+    lib, source = _build(cpu_backend, module("nest", [Function("nest", [x, y], seq(first, second))]))
+    assert source.count("hidet_parallel_for(nest_par") == 2 and "nest_par2" not in source
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    out = np.full_like(a, np.nan)
+    lib["nest"](a, out)
+    np.testing.assert_array_equal(out, (a + np.float32(1.0)) * np.float32(2.0))
+
+
+def test_the_first_free_suffix_is_1(cpu_backend):
+    """Outlined names are part of the generated source (kept byte-stable): a clash
+    with one module function gives <function>_par0_1."""
+    n = var("n")
+    y = var("y", tensor_type("float32", [n]))
+    i = var("i")
+    par = Function("g", [y, n], ForStmt(i, n, _store(y, i), parallel=True))
+    other = Function("g_par0", [y, n], ForStmt(i, n, _store(y, i, 2.0)))
+    source = generate(module("clash1", [par, other]), cpu_backend.detect_target())
+    assert "hidet_parallel_for(g_par0_1_task" in source and "g_par0_2" not in source
