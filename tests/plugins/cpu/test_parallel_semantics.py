@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir import (
-    BufferStoreStmt, Call, DeclareStmt, EvaluateStmt, ForStmt, Function, IfStmt, LetStmt, SeqStmt, WhileStmt,
+    BufferStoreStmt, Call, DeclareStmt, EvaluateStmt, ForMappingStmt, ForStmt, Function, IfStmt, LetStmt, SeqStmt, WhileStmt,
     const, module, seq, tensor_type, var,
 )
 from hidet_plugin_cpu.codegen import generate
@@ -49,6 +49,17 @@ def test_loop_work_rules():
     assert loop_work(call, {"helper": 0}) == 1
     assert loop_work(ForStmt(j, 3, call), {"helper": 500}) == 1500
     assert loop_work(DeclareStmt(k, const(1))) == 1
+    # a call's work counts inside every kind of statement that holds it
+    work = {"helper": 500}
+    assert loop_work(WhileStmt(i < 3, call), work) == 16 * 500
+    assert loop_work(IfStmt(i < 3, call), work) == 500 == loop_work(IfStmt(i < 3, store, call), work)
+    assert loop_work(LetStmt(k, const(2), call), work) == 500
+    assert loop_work(SeqStmt([call, call]), work) == 1000
+    # any other statement with a body (a task-mapping loop before its lowering) counts it
+    from hidet_framework.mapping.task_mapping import repeat
+
+    assert loop_work(ForMappingStmt([k], repeat(4), None, ForStmt(j, 7, store))) == 7
+    assert loop_work(ForMappingStmt([k], repeat(4), None, call), work) == 500
 
 
 @pytest.mark.parametrize("extent", [0, 1])
