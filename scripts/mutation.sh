@@ -26,8 +26,9 @@
 #   MUTATION_NICE    niceness (default 19)
 #   MUTATION_TIMEOUT_MULTIPLIER
 #                    a mutant's CPU-time limit is 2 x this x (its tests' clean time + 1 s);
-#                    default 3 (mutmut's own 15 let a mutant that loops forever spin for
-#                    15 minutes: seen in cpu_parallel_math)
+#                    default 5 (mutmut's own 15 let a mutant that loops forever spin for
+#                    a quarter of an hour, seen in cpu_parallel_math; 3 once ended an
+#                    equivalent mutant whose tests ran long as a "timeout")
 #   MUTATION_CACHE   the build cache the tests use (default: a fresh one per group run)
 #   MUTATION_KEEP    1: keep the scratch copy (its path is printed) for `mutmut show`
 #   MUTATION_REPO    the checkout to copy (default: the one holding this script; set it
@@ -115,7 +116,7 @@ source_paths = ["hidet_framework/", "hidet_plugin_cpu/"]
 only_mutate = [$(toml_list "${globs[@]}")]
 pytest_add_cli_args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", "not bigmem and not cuda and not nvcc"${extra[0]:+, $(toml_list "${extra[@]}")}]
 pytest_add_cli_args_test_selection = [$(toml_list "${tests[@]}")]
-timeout_multiplier = ${MUTATION_TIMEOUT_MULTIPLIER:-3}
+timeout_multiplier = ${MUTATION_TIMEOUT_MULTIPLIER:-5}
 EOF
   echo "== $group: mutating ${globs[*]} against ${tests[*]}${sample:+ (sample of $sample, seed $seed)}"
   started=$(date +%s)
