@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--params", default="{}", help="JSON: the candidate's parameters (over the default)")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--template", default="auto", choices=("auto", "simt", "tensor_core", "wgmma"),
+    parser.add_argument("--template", default="auto", choices=("auto", "simt", "tensor_core", "wgmma", "hopper_ws"),
                         help="auto: SIMT for fp32, mma.sync tensor cores otherwise")
     args = parser.parse_args()
 
@@ -30,12 +30,14 @@ def main() -> None:
     from hidet_framework.runtime.compiled_task import compile_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
+    from hidet_plugin_matmul.cuda_hopper_ws import CudaHopperWsMatmul
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
     from hidet_plugin_matmul.operators import matmul_task
 
     m, n, k = (int(x) for x in args.shape.split("x"))
     kind = args.template if args.template != "auto" else "simt" if args.dtype == "float32" else "tensor_core"
-    template = {"simt": CudaSimtMatmul, "tensor_core": CudaTensorCoreMatmul, "wgmma": CudaWgmmaMatmul}[kind]()
+    template = {"simt": CudaSimtMatmul, "tensor_core": CudaTensorCoreMatmul, "wgmma": CudaWgmmaMatmul,
+                "hopper_ws": CudaHopperWsMatmul}[kind]()
     backend = CudaBackend()
     target = backend.detect_target()
     task, attributes = matmul_task((m, k), (k, n), args.dtype)

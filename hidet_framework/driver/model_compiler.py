@@ -28,7 +28,6 @@ import time
 from typing import Any, Sequence
 
 from hidet_framework.fusion import FUSED_OPERATOR, GROUP_ATTRIBUTE, FusionError
-from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
 from hidet_framework.driver.options import progress
 from hidet_framework.driver import task_compiler
 from hidet_framework.driver.scheduling import applicable_templates, tune_request
@@ -63,7 +62,7 @@ def _schedule_request(unit: tuple) -> tuple:
     if group is None:
         return task, name, attributes
     anchor = group.anchor_member
-    return anchor.task, anchor.name, {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}
+    return anchor.task, anchor.name, group.anchor_attributes()
 
 
 def _tune_all(units: list[tuple], target: Any, space: int) -> int:

@@ -10,7 +10,6 @@ from typing import Any
 
 from hidet_framework.compute.task import Task
 from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
-from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
 from hidet_framework.graph.passes.base import attributes_key
 from hidet_framework.runtime.compiled_task import CompiledTask
 from hidet_framework.driver.scheduling import schedule
@@ -57,7 +56,7 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
         return cached
     anchor = group.anchor_member
     try:
-        attributes = {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}  # the kernel must take grafts
+        attributes = group.anchor_attributes()  # the kernel must take grafts
         scheduled = fuse_group(schedule(anchor.task, anchor.name, target, space, attributes)[0], group)
     except FusionError as exc:
         members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))

@@ -21,6 +21,10 @@ ROLES = ("prologue", "anchor", "epilogue")
 # write outputs through element accesses only (a template may otherwise use vector
 # accesses through element addresses, which no graft can rewrite).
 ANCHOR_ATTRIBUTE = "fusion.anchor"
+# Set (a tuple of input indices) beside it when prologue producers are grafted onto
+# those inputs of the anchor: a template whose main kernel takes an input's address
+# (cp.async) can then stage that input through a launch that reads it by element.
+PROLOGUE_INPUTS_ATTRIBUTE = "fusion.prologue_inputs"
 
 
 class FusionError(ValueError):
@@ -72,6 +76,17 @@ class FusionGroup:
     @property
     def anchor_member(self) -> Member:
         return self.members[self.anchor]
+
+    def anchor_attributes(self) -> dict:
+        """What the anchor's template is built with: the operator's attributes,
+        ANCHOR_ATTRIBUTE and, where prologues feed it, PROLOGUE_INPUTS_ATTRIBUTE."""
+        anchor = self.anchor_member
+        fed = tuple(k for k, s in enumerate(anchor.sources)
+                    if s.kind == "member" and self.members[s.index].role == "prologue")
+        out = {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}
+        if fed:
+            out[PROLOGUE_INPUTS_ATTRIBUTE] = fed
+        return out
 
     def members_in(self, role: str) -> list[tuple[int, Member]]:
         return [(j, m) for j, m in enumerate(self.members) if m.role == role]

@@ -20,7 +20,8 @@ FUNC_KINDS = ("public", "cpu_kernel", "cuda_kernel", "device", "host")
 #   grid_dim, block_dim      tuples of up to 3 int/Expr (Expr over the scalar params)
 #   dynamic_smem_bytes       int, dynamic shared memory of a CUDA kernel
 #   min_blocks               int, the launch-bounds hint (blocks per SM)
-FUNC_ATTR_KEYS = ("grid_dim", "block_dim", "dynamic_smem_bytes", "min_blocks")
+#   cluster_size             int, CUDA thread-block clusters of that many blocks along x
+FUNC_ATTR_KEYS = ("grid_dim", "block_dim", "dynamic_smem_bytes", "min_blocks", "cluster_size")
 
 
 class FrozenMapping(Mapping):

@@ -172,6 +172,7 @@ def _kernel_json(fn: Any, args: Sequence[Any]) -> dict:
     the compiled graph binds every launch once)."""
     grid, block, smem = fn.launch_config(args)
     return {"params": [[p.name, p.kind, p.dtype, None if p.shape is None else list(p.shape)]
+                       + ([getattr(p, "tensor_map")] if getattr(p, "tensor_map", None) else [])
                        for p in fn.spec.params],
             "grid": list(grid), "block": list(block), "dynamic_smem": int(smem)}
 

@@ -47,6 +47,13 @@ class Template:
         """A ``ScheduledTask`` for `task` with these parameters."""
         raise NotImplementedError
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+                 target: Target) -> Any:
+        """Modelled seconds of candidate `params` on `task`, or None (no cost model). At
+        level 0 the tuner compares the defaults of the templates that have one (see
+        ``tuner.candidates_of``)."""
+        return None
+
     def bounded_space(self, target: Target, level: int) -> list[dict]:
         """The space of `level`, cut to its limit (level 0: the default only); empty
         where the template has nothing for `target` (an arch-specific instruction set)."""

@@ -107,21 +107,40 @@ def _progress():
                     console=Console(file=sys.stderr), disable=quiet, transient=True)
 
 
-def candidates_of(templates: Sequence[Template], target: Target, level: int) -> list[Candidate]:
+def candidates_of(templates: Sequence[Template], target: Target, level: int, task: Any = None,
+                  attributes: Optional[Mapping[str, Any]] = None) -> list[Candidate]:
     """Level 0: the default of the highest-priority template that has candidates on
-    `target`; else every template's bounded space."""
+    `target`, unless that template has a cost model (``estimate`` gives a number for
+    `task`): then the modelled fastest default among the templates of priority > 0
+    that have one; else every template's bounded space."""
     if not templates:
         raise TuningError("no template to tune")
     if level == 0:  # a template may have no candidate on this target (e.g. an arch-specific one)
-        for best in sorted(templates, key=lambda t: -t.priority):
-            space = best.bounded_space(target, 0)
-            if space:
-                return [Candidate(best, space[0])]
-        raise TuningError(f"no template has a candidate for target {target.arch}")
+        defaults = [(t, space[0]) for t in sorted(templates, key=lambda t: -t.priority)
+                    for space in [t.bounded_space(target, 0)] if space]
+        if not defaults:
+            raise TuningError(f"no template has a candidate for target {target.arch}")
+        modelled = [(_estimate(t, task, attributes, p, target), i) for i, (t, p) in enumerate(defaults)
+                    if t.priority > 0 or i == 0] if task is not None else []
+        if modelled and modelled[0][0] is not None:
+            best = min((s, i) for s, i in modelled if s is not None)[1]
+            return [Candidate(*defaults[best])]
+        return [Candidate(*defaults[0])]
     out = [Candidate(t, p) for t in templates for p in t.bounded_space(target, level)]
     if not out:
         raise TuningError(f"no template has a candidate for target {target.arch}")
     return out
+
+
+def _estimate(template: Any, task: Any, attributes: Any, params: Any, target: Target) -> Optional[float]:
+    """A template's modelled seconds for its candidate, or None (no model, or it failed:
+    the template then competes by priority only)."""
+    estimate = getattr(template, "estimate", None)
+    try:
+        value = estimate(task, attributes or {}, params, target) if estimate is not None else None
+    except Exception:
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def tune(task: Any, attributes: Mapping[str, Any], operator: str, target: Target,
@@ -160,7 +179,8 @@ def tune_many(requests: Sequence[TuneRequest], cache: Optional[TuningCache] = No
             results[key] = cached
             continue
         try:
-            candidates = candidates_of(request.templates, request.target, request.level)
+            candidates = candidates_of(request.templates, request.target, request.level, request.task,
+                                       request.attributes)
         except TuningError as exc:
             results[key] = exc
             continue

@@ -77,7 +77,7 @@ def test_tensor_core_split_k_and_pad_launches_take_each_graft_once(fx):
     group = _group("float16", 61, 97, 131)  # K % 8 != 0: register staging, or a pad launch
     anchor = group.anchor_member
     space = tc_space(target, 2)
-    split = next(p for p in space if p["split_k"] > 1 and not p.get("pad"))
+    split = next(p for p in space if p.get("split_k", 1) > 1 and not p.get("pad"))
     pad = next(p for p in space if p.get("pad"))
     fused = fuse_group(template.build(anchor.task, dict(anchor.attributes), split, target), group)
     main, reduce_ = fused.launches

@@ -210,7 +210,8 @@ def test_fused_cache_keys_on_the_members_attributes(monkeypatch):
             driver.compile_fused(task, other, driver.EVALUATOR_TARGET)
     finally:
         driver.clear_task_cache()
-    from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
+    from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE, PROLOGUE_INPUTS_ATTRIBUTE
 
-    # the driver adds ANCHOR_ATTRIBUTE: templates build a kernel that takes grafts
-    assert seen == [{"tile": 1, ANCHOR_ATTRIBUTE: True}, {"tile": 2, ANCHOR_ATTRIBUTE: True}]
+    # the driver adds ANCHOR_ATTRIBUTE (templates build a kernel that takes grafts) and the
+    # anchor inputs a prologue feeds (here the producer feeds input 0)
+    assert seen == [{"tile": t, ANCHOR_ATTRIBUTE: True, PROLOGUE_INPUTS_ATTRIBUTE: (0,)} for t in (1, 2)]

@@ -36,6 +36,9 @@ def register_templates(register):
     register("matmul.cuda_gemv", CudaGemvMatmul())
     register("matmul.cuda_simt_splitk", CudaSimtSplitKMatmul())
     register("matmul.cuda_hopper_skinny", CudaHopperSkinnyMatmul())
+    from hidet_plugin_matmul.cuda_hopper_ws import CudaHopperWsMatmul
+
+    register(CudaHopperWsMatmul.name, CudaHopperWsMatmul())
     from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm
 
     register(CudaConvImplicitGemm.name, CudaConvImplicitGemm())

@@ -14,9 +14,10 @@ following relu) onto the kernel's output stores. Depthwise convolutions (one inp
 channel per group) are left alone: a GEMM of depth KH*KW wastes the tensor cores;
 the rule-based scheduler computes them directly, one thread per output element.
 
-Template space (`conv_space`): first ``{"auto": 1}``, whose tile and split-K the build
-derives from the shape and the multiprocessor count (`auto_params`: so level 0, one
-candidate, is fit for every ResNet layer); then the tensor-core matmul's tiles and
+Template space (`conv_space`): first ``{"auto": 1}``, which the build resolves to the
+level-2 candidate with the least modelled time on the target for the shape
+(`auto_params`, the cost model of `cuda_defaults`: so level 0, one candidate, is fit
+for every ResNet layer); then the tensor-core matmul's tiles and
 pipelines that suit convolutions, plus split-K for the few-pixel layers (7x7 and 14x14
 maps at batch 1, where M / BM times N / BN blocks would leave most of the GPU idle).
 """
@@ -35,7 +36,8 @@ from hidet_plugin_matmul.cuda_conv_gather import conv_staging
 from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
-from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_legal
+from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Kernel, choose, is_auto, resolve
+from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
 LEVEL1 = [
@@ -51,26 +53,26 @@ def _params(bm: int, bn: int, wm: int, wn: int, bk: int, stages: int, split: int
             "split_k": split}
 
 
-AUTO = {"auto": 1}  # the default candidate: tile and split-K chosen from the shape (`auto_params`)
+def conv_kernel(geo: ConvGeometry, params: Mapping[str, Any], elem: int) -> Kernel:
+    """A candidate as the cost model sees it: the tensor-core matmul's kernel on the
+    GEMM [pixels, K] x [K, output channels] per group, plus the NHWC copy of x where
+    the staging needs one (the same for every candidate of a shape)."""
+    path = conv_staging(geo, params)
+    copy = path == "nhwc"
+    x_bytes = geo.batch * geo.channels * geo.height * geo.width * elem
+    return tc_kernel(params, "reg" if path == "reg" else "cp", elem, extra_launches=int(copy),
+                     extra_bytes=2 * x_bytes if copy else 0)
 
 
-def auto_params(geo: ConvGeometry, target: Any) -> dict:
-    """The default candidate's parameters for one shape: 64-wide output-channel tiles
-    when there are at most 64 channels per group, 128-row tiles when they still give
-    a block per multiprocessor, else 64 rows; split-K (up to 16, at least 4 k-tiles a
-    slice) while the grid holds at most one block per multiprocessor (ends between
-    one and two blocks per multiprocessor)."""
-    sms = target_int(target, "sm_count", 132)
-    bn = 128 if geo.cog > 64 else 64
-    blocks = -(-geo.m // 128) * -(-geo.cog // bn) * geo.groups
-    bm = 128 if blocks >= sms else 64
-    blocks = -(-geo.m // bm) * -(-geo.cog // bn) * geo.groups
-    k_tiles = -(-geo.k // 32)
-    split = 1
-    while blocks * split <= sms and split < 16 and k_tiles // (split * 2) >= 4:
-        split *= 2
-    warps = (2, 4) if (bm, bn) == (128, 128) else (2, 2)
-    return _params(bm, bn, *warps, 32, 4, split)
+def auto_params(geo: ConvGeometry, target: Any, elem: int = 2) -> dict:
+    """The default candidate's parameters for one shape: the level-2 candidate with the
+    least modelled time (`cuda_defaults`)."""
+    return conv_auto(geo, target, elem)[0]
+
+
+def conv_auto(geo: ConvGeometry, target: Any, elem: int = 2) -> tuple[dict, float]:
+    return choose(conv_space(target, 2), lambda p: None if is_auto(p) else conv_kernel(geo, p, elem),
+                  Gemm(geo.m, geo.cog, geo.k, geo.groups, elem), target)
 
 
 def conv_space(target: Any, level: int) -> list[dict]:
@@ -94,6 +96,14 @@ def conv_space(target: Any, level: int) -> list[dict]:
         for tile in tiles[3:]:
             for split in (2, 4, 8, 16):
                 add(_params(*tile, 32, 4, split))
+    # register-staged gathers straight from x's layout: no NHWC copy launch, slower
+    # loads (pays on short reductions: 1x1 convolutions from few channels). Level 2
+    # only: the tuner times a candidate with its host launches included, so it prefers
+    # one-launch candidates; at level 1 it picked these for every ResNet-50 conv and
+    # the model ran at 1.00 ms against 0.53 at level 0 (H200, W2 of session 5)
+    if level >= 2:
+        for tile in ((64, 64, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2)):
+            add(dict(_params(*tile, 32, 2, 1), reg_stage=1))
     return out
 
 
@@ -115,7 +125,7 @@ class CudaConvImplicitGemm(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         geo = ConvGeometry.from_attributes(attributes)
         dtype = task_dtype(task)
-        p = auto_params(geo, target) if params.get("auto") else dict(DEFAULT, **params)
+        p = dict(DEFAULT, **resolve(params, lambda: auto_params(geo, target, dtypes.data_type(dtype).nbytes)))
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
         name = (f"conv_tc_{dtype}_{geo.x_layout}_{geo.y_layout}_n{geo.batch}c{geo.channels}h{geo.height}"
                 f"w{geo.width}o{geo.out_channels}k{kh}x{kw}s{geo.stride[0]}x{geo.stride[1]}"

@@ -22,7 +22,9 @@ Design (one block computes a BM x BN tile of C for one batch entry):
   per tile instead), so aligned shapes run with no per-load predicate.
 
 The space comes from the target only: thread tiles, warp and lane arrangements, BK,
-filtered by registers and shared memory.
+filtered by registers and shared memory. Default (first at every level):
+``{"auto": 1}``, the level-2 candidate with the least modelled time on the target for
+the task's shape (`cuda_defaults`; v2's fixed default stays in the space).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ from hidet_framework.lang import attrs, f32, register_tensor, script, script_mod
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
+from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds,
+                                               resolve, tile_efficiency)
 from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy, seq_of, store
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, static_tasks, target_int, task_dtype, worker_origin
 from hidet_plugin_matmul.operators import MatmulOperands
@@ -62,17 +66,35 @@ def _legal(params: dict, target: Any) -> bool:
         return False
     # registers per thread: accumulators, two fragment buffers, staged global loads,
     # plus ~40 for addresses; the compiler must not spill under 255.
-    regs = params["thread_m"] * params["thread_n"] + 2 * (params["thread_m"] + params["thread_n"]) \
+    return simt_registers(params) <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+
+
+def simt_registers(params: Mapping[str, Any]) -> int:
+    cfg = simt_config(params)
+    return params["thread_m"] * params["thread_n"] + 2 * (params["thread_m"] + params["thread_n"]) \
         + cfg["a_loads"] + cfg["b_loads"] + 40
-    return regs <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+
+
+def simt_kernel(params: Mapping[str, Any], split: int = 1) -> Kernel:
+    """A candidate as the cost model sees it: FFMA, element loads staged in registers
+    (double-buffered), efficiency from the thread tile's reuse."""
+    cfg = simt_config(params)
+    return Kernel(cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"], cfg["smem"], simt_registers(params), 2, split,
+                  rate=tile_efficiency(params["thread_m"], params["thread_n"], 2), fma=True, register_staged=True)
+
+
+def simt_auto(ops: MatmulOperands, target: Any) -> tuple[dict, float]:
+    """The default's parameters for this shape and their modelled seconds."""
+    return choose(simt_space(target, 2), lambda p: None if is_auto(p) else simt_kernel(p),
+                  Gemm(ops.m, ops.n, ops.k, ops.batch, 4), target)
 
 
 def simt_space(target: Any, level: int) -> list[dict]:
     default = {"thread_m": 8, "thread_n": 8, "warps_m": 2, "warps_n": 4, "lanes_m": 8, "lanes_n": 4,
                "block_k": 8}
     if level == 0:
-        return [default]
-    out = [default]
+        return [dict(AUTO)]
+    out = [dict(AUTO), default]
     for tm, tn in ((8, 8), (8, 4), (4, 8), (4, 4)):
         for wm, wn in ((2, 4), (4, 2), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1)):
             for lm, ln in ((8, 4), (4, 8)):
@@ -84,10 +106,10 @@ def simt_space(target: Any, level: int) -> list[dict]:
     if level == 1:
         # the most work per thread first: 8x8 tiles with BK 8 and 16 (v2's best on the
         # H200 is BK 16), then 8x4 tiles with BK 8
-        rest = [p for p in out[1:] if p["thread_m"] * p["thread_n"] == 64
+        rest = [p for p in out[2:] if p["thread_m"] * p["thread_n"] == 64
                 or (p["thread_m"] * p["thread_n"] >= 32 and p["block_k"] == 8)]
         rest.sort(key=lambda p: (-p["thread_m"] * p["thread_n"], -simt_config(p)["threads"]))
-        out = ([out[0]] + rest)[:30]
+        out = (out[:2] + rest)[:30]
     return out
 
 
@@ -240,9 +262,17 @@ class CudaSimtMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return simt_space(target, level)
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (the default: of the candidate it resolves to)."""
+        ops = MatmulOperands(attributes)
+        if params == AUTO:
+            return simt_auto(ops, target)[1]
+        params = resolve(params, lambda: simt_auto(ops, target)[0])
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, 4), simt_kernel(params), Gpu.from_target(target))
+
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
-        p = params
+        p = params = resolve(params, lambda: simt_auto(ops, target)[0])
         name = (f"matmul_simt_{ops.key()}_t{p['thread_m']}x{p['thread_n']}_w{p['warps_m']}x{p['warps_n']}"
                 f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}")
         module = build_simt_module(ops, params, name)

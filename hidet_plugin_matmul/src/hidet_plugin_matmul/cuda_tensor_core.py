@@ -16,6 +16,8 @@ Space (block tile, warps, BK, stages, split-K):
   2039^3 and 1021x3001x997, so they are extra candidates, not the default.)
 - v3: no guard that the static shape makes always true; a few ``raster`` candidates
   that number blocks in groups of M tiles for L2 reuse (`block_tile`).
+- Default (first at every level): ``{"auto": 1}``, the level-2 candidate with the least
+  modelled time on the target for the task's shape (`cuda_defaults`).
 """
 from __future__ import annotations
 
@@ -24,8 +26,15 @@ from typing import Any, Mapping
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
+from hidet_framework.ir.dtypes import data_type
+from hidet_framework.lang.annotations import DTypeAnnotation
+
+from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds,
+                                               resolve,
+                                               tile_efficiency)
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_pad_operands import padded_shapes
+from hidet_plugin_matmul.cuda_stage_operands import build_stage_kernel, prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core_kernel import build_tc_module, staging, tc_config
 from hidet_plugin_matmul.operators import MatmulOperands
 
@@ -42,6 +51,7 @@ PAD_STAGE = [((128, 128, 2, 4), 32, 3), ((128, 128, 2, 4), 64, 3), ((64, 128, 2,
 RASTER = 8
 SPLIT_TILES = [(128, 128, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2)]
 DEFAULT = {"block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1}
+MMA_SYNC_RATE = 0.68  # of the SM's tensor peak, at a saturating warp tile (mma.sync's best: ~0.8 of wgmma's)
 
 
 def _params(tile: tuple, bk: int, stages: int, split: int = 1) -> dict:
@@ -56,23 +66,69 @@ def tc_legal(params: Mapping[str, Any], target: Any) -> bool:
         return False
     if cfg["wtm"] % 16 or cfg["wtn"] % 16 or cfg["ks"] % 2:
         return False
-    # accumulators + two fragment buffers + ~60 for addresses and offsets, under 255
-    regs = cfg["mt"] * cfg["nt"] * 4 + 2 * (cfg["mt"] * 4 + cfg["nt"] * 2) + 60
-    return regs <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+    return tc_registers(cfg) <= min(255, target_int(target, "regs_per_block", 65536) // cfg["threads"])
+
+
+def tc_registers(cfg: Mapping[str, Any]) -> int:
+    """Accumulators + two fragment buffers + ~60 for addresses and offsets."""
+    return cfg["mt"] * cfg["nt"] * 4 + 2 * (cfg["mt"] * 4 + cfg["nt"] * 2) + 60
+
+
+def tc_kernel(params: Mapping[str, Any], path: str, elem: int = 2, extra_launches: int = 0,
+              extra_bytes: int = 0) -> Kernel:
+    """A candidate as the cost model sees it; `path`: its staging ("cp", "reg", "pad");
+    the extra launches and bytes: what the caller runs around it (a layout copy)."""
+    cfg = tc_config(params)
+    if path == "pad":
+        extra_launches += 1
+    return Kernel(cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"], cfg["smem"], tc_registers(cfg),
+                  cfg["stages"] if path != "reg" else 2, cfg["split"],
+                  MMA_SYNC_RATE * tile_efficiency(cfg["wtm"], cfg["wtn"], 8), register_staged=path == "reg",
+                  extra_launches=extra_launches, extra_bytes=extra_bytes)
+
+
+def tc_auto(ops: MatmulOperands, elem: int, target: Any, staged: tuple = ()) -> tuple[dict, float]:
+    """The default's parameters for this shape and their modelled seconds; `staged`: the
+    operands a fusion anchor copies first (`cuda_stage_operands`) on the cp.async path."""
+    def describe(p: Mapping[str, Any]) -> Kernel | None:
+        # `pad` candidates are left to the tuner: measured 20-25% slower than register
+        # staging on both odd shapes of docs/perf_notes.md (v2), for reasons the model
+        # does not see (the padded rows' pitch), so the model must not pick them
+        if is_auto(p) or p.get("pad"):
+            return None
+        return tc_kernel(p, staging(ops, p), elem, *_stage_cost(ops, staging(ops, p), staged, elem))
+
+    return choose(tc_space(target, 2), describe, Gemm(ops.m, ops.n, ops.k, ops.batch, elem), target)
+
+
+def _stage_cost(ops: MatmulOperands, path: str, staged: tuple, elem: int) -> tuple[int, int]:
+    """(extra launches, bytes moved) of the staging launch, when there is one."""
+    if path != "cp" or not staged:
+        return 0, 0
+    sizes = {0: ops.a_shape, 1: ops.b_shape}
+    moved = sum(2 * elem * _count(sizes[i]) for i in staged)
+    return 1, moved
+
+
+def _count(shape: tuple) -> int:
+    out = 1
+    for x in shape:
+        out *= int(x)
+    return out
 
 
 def tc_space(target: Any, level: int) -> list[dict]:
     if level == 0:
-        return [DEFAULT]
-    out = [DEFAULT]
+        return [dict(AUTO)]
+    out = [dict(AUTO), DEFAULT]
 
     def add(p: dict) -> None:
         if p not in out and tc_legal(p, target):
             out.append(p)
 
     if level == 1:
-        for stages in (3, 4):
-            for tile in BLOCK_TILES:
+        for stages in (3, 4):  # (the default took the place of 64x64 with 4 stages)
+            for tile in BLOCK_TILES if stages == 3 else BLOCK_TILES[:-1]:
                 add(_params(tile, 32, stages))
         for tile in BLOCK_TILES[:4]:
             add(_params(tile, 64, 3))
@@ -115,9 +171,21 @@ class CudaTensorCoreMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return tc_space(target, level)
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (the default: of the candidate it resolves to)."""
+        ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        staged = prologue_inputs(attributes)
+        if params == AUTO:
+            return tc_auto(ops, elem, target, staged)[1]
+        p = dict(DEFAULT, **resolve(params, lambda: tc_auto(ops, elem, target, staged)[0]))
+        path = staging(ops, p)
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem),
+                                tc_kernel(p, path, elem, *_stage_cost(ops, path, staged, elem)), Gpu.from_target(target))
+
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
+        params = resolve(params, lambda: tc_auto(ops, data_type(dtype).nbytes, target, prologue_inputs(attributes))[0])
         p = dict(DEFAULT, **params)
         path = staging(ops, p)
         name = (f"matmul_tc_{dtype}_{ops.key()}_{p['block_m']}x{p['block_n']}x{p['block_k']}"
@@ -127,6 +195,19 @@ class CudaTensorCoreMatmul(Template):
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
         launches: list = []
         workspace: list = []
+        staged = prologue_inputs(attributes) if path == "cp" else ()
+        if staged:  # a fusion anchor whose cp.async operands take prologues: copy them first
+            stage = build_stage_kernel(ops, DTypeAnnotation(data_type(dtype)), name + "_stage", 0 in staged, 1 in staged)
+            module = module.with_functions({stage.ir.name: stage.ir, **module.functions})
+            sa, sb = a, b
+            if 0 in staged:
+                sa = BufferRef("workspace", len(workspace))
+                workspace.append(WorkspaceSpec("matmul_staged_a", dtype, ops.a_shape))
+            if 1 in staged:
+                sb = BufferRef("workspace", len(workspace))
+                workspace.append(WorkspaceSpec("matmul_staged_b", dtype, ops.b_shape))
+            launches.append(Launch(name + "_stage", (a, b, sa, sb)))
+            a, b = sa, sb
         if path == "pad":
             ap_shape, bp_shape = padded_shapes(ops)
             pa = a

@@ -25,9 +25,15 @@ proxy, barrier, issue the 4 x m_tiles wgmmas, commit, queue the copy of the tile
 `stages - 1` ahead into the buffer the previous k-tile used, and wait for the wgmmas
 (so at the next barrier every warpgroup is done reading that buffer).
 C is written with guarded tensor-element stores (fusible), rounded to the dtype.
+
+Default (first at every level): ``{"auto": 1}``, the level-2 candidate with the least
+modelled time on the target for the task's shape (`cuda_defaults`); its `estimate` lets
+the tuner's level 0 weigh it against the mma.sync template's default (a few large tiles
+and no split-K leave most of the GPU idle at batch-1 shapes such as 128x768x768).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
@@ -37,6 +43,10 @@ from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
+from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds,
+                                               resolve,
+                                               tile_efficiency)
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
@@ -44,6 +54,8 @@ from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
 DEFAULT = {"warpgroups": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0}
+WGMMA_RATE = 0.85  # of the SM's tensor peak at a saturating tile (one wgmma group waited per k-tile)
+REGS_BESIDE_ACC = 40
 
 
 def wgmma_config(params: Mapping[str, Any]) -> dict:
@@ -58,12 +70,29 @@ def wgmma_legal(params: Mapping[str, Any], target: Any) -> bool:
     return cfg["smem"] <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
 
 
+def wgmma_kernel(params: Mapping[str, Any]) -> Kernel:
+    """A candidate as the cost model sees it (a warpgroup's m64 x BN instruction tile
+    sets the efficiency)."""
+    p = dict(DEFAULT, **params)
+    cfg = wgmma_config(p)
+    return Kernel(cfg["bm"], cfg["bn"], BK, cfg["threads"], cfg["smem"], cfg["acc"] + REGS_BESIDE_ACC, p["stages"],
+                  rate=WGMMA_RATE * tile_efficiency(64, cfg["bn"], 8))
+
+
+def wgmma_auto(ops: MatmulOperands, elem: int, target: Any) -> tuple[dict, float]:
+    """The default's parameters for this shape and their modelled seconds."""
+    return choose(wgmma_space(target, 2), lambda p: None if is_auto(p) else wgmma_kernel(p),
+                  Gemm(ops.m, ops.n, ops.k, ops.batch, elem), target)
+
+
 def wgmma_space(target: Any, level: int) -> list[dict]:
     """Block shapes from the register file (<= 128 accumulators a thread) and stages
     from shared memory; empty on anything but sm_90 (wgmma is Hopper's)."""
     if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
         return []
-    out = [DEFAULT]
+    if level == 0:
+        return [dict(AUTO)]
+    out = [dict(AUTO), DEFAULT]
 
     def add(p: dict) -> None:
         p = dict(DEFAULT, **p)
@@ -96,9 +125,21 @@ class CudaWgmmaMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return wgmma_space(target, level)
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (the default: of the candidate it resolves to)."""
+        ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        if prologue_inputs(attributes):  # cp.async operands refuse the group's prologue: it would not fuse
+            return math.inf
+        if params == AUTO:
+            return wgmma_auto(ops, elem, target)[1]
+        params = resolve(params, lambda: wgmma_auto(ops, elem, target)[0])
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem), wgmma_kernel(params),
+                                Gpu.from_target(target))
+
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
+        params = resolve(params, lambda: wgmma_auto(ops, data_type(dtype).nbytes, target)[0])
         p = dict(DEFAULT, **params)
         if ops.k % 8 or ops.n % 8:
             raise ValueError(f"{self.name}: rows of A and B must be 16-byte aligned (K, N multiples of 8), "

@@ -47,6 +47,7 @@ from hidet_framework.ir.func import Function, IRModule
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import Scope, TensorType
 
+from . import hopper as _hopper
 from . import primitives as _primitives
 from .kernel import KernelSpec, ParamSpec
 
@@ -88,6 +89,17 @@ extern __shared__ __align__(1024) unsigned char hidet_dyn_smem[];
 """
 
 
+# a CUtensorMap's storage: 128 opaque bytes, 64-byte aligned (a kernel parameter)
+_TENSOR_MAP_TYPE = "struct __align__(64) hf_tensor_map_t { unsigned long long w[16]; };"
+
+
+def _tensor_maps(fn: Function) -> list[tuple]:
+    try:
+        return _hopper.tensor_maps_of(fn)
+    except ValueError as exc:
+        raise CodegenError(f"cuda: {exc}") from None
+
+
 def _template_identifiers() -> set[str]:
     words: set[str] = set()
     for text in _primitives.CUDA_TEMPLATES:
@@ -125,19 +137,33 @@ class CudaCodegen(CStyleCodegen):
 
     def reserved_names(self) -> set[str]:
         names = {"hidet_min", "hidet_max", "HIDET_VEC_OPS", "INFINITY", "NAN", "make_float2", "make_float4",
-                 _primitives.DYNAMIC_SMEM_NAME, "printf"}
+                 _primitives.DYNAMIC_SMEM_NAME, "printf", "hf_tensor_map_t"}
         names |= set(VECTOR_TYPE_NAMES.values()) | _template_identifiers()
         return names
 
     def preamble(self, module: IRModule) -> list[str]:
-        return _PREAMBLE.splitlines()
+        lines = _PREAMBLE.splitlines()
+        if any(fn.kind == "cuda_kernel" and _tensor_maps(fn) for fn in module.functions.values()):
+            lines.append(_TENSOR_MAP_TYPE)
+        return lines
+
+    def print_function(self, fn: Function) -> tuple[str, list[str]]:
+        head, lines = super().print_function(fn)
+        maps = _tensor_maps(fn) if fn.kind == "cuda_kernel" else []
+        if maps:  # appended after the IR's parameters, in the order the KernelSpec lists them
+            extra = [f"const __grid_constant__ hf_tensor_map_t {_hopper.TENSOR_MAP_PREFIX}{self.names[fn.params[i]]}"
+                     for i, _, _ in maps]
+            head = head[:-1] + ", " + ", ".join(extra) + ")"
+        return head, lines
 
     def function_qualifiers(self, fn: Function) -> str:
         if fn.kind == "device":
             return "__device__ __forceinline__"
         threads = block_threads(fn)
         bounds = f"{threads}" if "min_blocks" not in fn.attrs else f"{threads}, {int(fn.attrs['min_blocks'])}"
-        return f'extern "C" __global__ __launch_bounds__({bounds})'
+        cluster = int(fn.attrs.get("cluster_size", 1))
+        clusters = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
+        return f'extern "C" __global__{clusters} __launch_bounds__({bounds})'
 
     def scope_prefix(self, scope: Scope) -> str:
         if scope is Scope.SHARED:
@@ -276,6 +302,10 @@ def launch_function(exprs: Sequence[Any], params: Sequence[Var]) -> Callable[[Se
 
 def _kernel_spec(fn: Function) -> KernelSpec:
     params = [ParamSpec(p.hint, *param_fields(p, f"cuda: kernel {fn.name!r}")) for p in fn.params]
+    for index, swizzle, box in _tensor_maps(fn):
+        source = params[index]
+        params.append(ParamSpec(f"{_hopper.TENSOR_MAP_PREFIX}{source.name}", "tensormap", source.dtype, source.shape,
+                                tensor_map=(index, swizzle, box)))
     grid = _dims(fn, "grid_dim")
     block = _dims(fn, "block_dim")
     block_threads(fn)

@@ -27,12 +27,13 @@ from the source (``nvrtc_build.needs_arch_specific``).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import Expr, const
+from hidet_framework.ir.expr import Call, Expr, const
 from hidet_framework.ir.stmt import AsmStmt
 
 SWIZZLE_MODES = {0: 0, 128: 1, 64: 2, 32: 3}  # swizzle span in bytes -> descriptor code
@@ -183,14 +184,107 @@ def tma_load_2d(dst: Any, tensor_map: Any, bar: Any, col: Any, row: Any) -> AsmS
     """Copy the box at (`row`, `col`) (element coordinates of its first element, the
     column innermost) of the tensor map's tensor into shared memory at `dst`
     (aligned to 128 bytes; 1024 for a 128-byte swizzle) and complete its bytes on `bar`.
-    `tensor_map`: a pointer to the 128-byte map in global memory."""
+    `tensor_map`: a pointer to the 128-byte map in global memory, or a
+    `tensor_map_param` (a kernel parameter)."""
+    return tma_load(dst, tensor_map, bar, (col, row))
+
+
+def tma_load(dst: Any, tensor_map: Any, bar: Any, coords: Any, multicast: int = 0) -> AsmStmt:
+    """`tma_load_2d` for a map of any rank 1..5; `coords` innermost first. `multicast`
+    (a host bit mask of CTAs of the cluster, 0: none): the box lands at the same
+    shared-memory offset in each of those CTAs and completes on each one's `bar`."""
     from .lang import _pointer
 
-    template = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                "[%0], [%1, {%2, %3}], [%4];")
-    inputs = (("r", _shared_u32(dst)), ("l", _pointer(tensor_map, "tma_load_2d")), ("r", _i32(col)),
-              ("r", _i32(row)), ("r", _shared_u32(bar)))
+    coords = tuple(coords)
+    if not 1 <= len(coords) <= 5:
+        raise ValueError(f"tma_load: 1..5 coordinates, got {len(coords)}")
+    from hidet_framework.ir.expr import convert
+    from hidet_framework.ir.type_infer import infer_type
+
+    address = convert(tensor_map)
+    if infer_type(address) != dtypes.uint64:  # a tensor_map_param (or a variable holding one) is a u64
+        address = _pointer(tensor_map, "tma_load")
+    n = len(coords)
+    where = ", ".join(f"%{2 + i}" for i in range(n))
+    if not isinstance(multicast, int) or not 0 <= multicast < 1 << 16:
+        raise ValueError(f"tma_load: multicast is a 16-bit host mask, got {multicast!r}")
+    suffix = f".multicast::cluster [%0], [%1, {{{where}}}], [%{2 + n}], {multicast};" if multicast else \
+        f" [%0], [%1, {{{where}}}], [%{2 + n}];"
+    template = f"cp.async.bulk.tensor.{n}d.shared::cluster.global.mbarrier::complete_tx::bytes" + suffix
+    if multicast:  # the mask is an immediate-free operand: a 16-bit register
+        template = "{\n.reg .b16 hf_mask;\nmov.b16 hf_mask, " + str(multicast) + ";\n" + \
+            template.replace(f"], {multicast};", "], hf_mask;") + "\n}"
+    inputs = (("r", _shared_u32(dst)), ("l", address), *(("r", _i32(c)) for c in coords),
+              ("r", _shared_u32(bar)))
     return AsmStmt(template, (), inputs, True, ("memory",))
+
+
+# ------------------------------------------------------------ clusters (sm_90)
+def mbarrier_arrive_cluster(bar: Any, cta_rank: Any) -> AsmStmt:
+    """Arrive on the mbarrier at `bar`'s offset in CTA `cta_rank` of this cluster
+    (``mapa`` then a release at cluster scope): a consumer releasing a stage that the
+    peer CTA's producer multicasts into."""
+    template = ("{\n.reg .b32 hf_remote;\nmapa.shared::cluster.u32 hf_remote, %0, %1;\n"
+                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [hf_remote];\n}")
+    return AsmStmt(template, (), (("r", _shared_u32(bar)), ("r", _i32(cta_rank))), True, ("memory",))
+
+
+def cluster_sync() -> AsmStmt:
+    """Every thread of every CTA of the cluster waits for all the others (after
+    mbarrier initialisation; before exit, so no peer arrives on freed shared memory)."""
+    return AsmStmt("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;", (), (), True, ("memory",))
+
+
+# A tensor map as a kernel parameter: `tensor_map_param(a, box)` inside a kernel is the
+# generic address of a ``const __grid_constant__`` 128-byte parameter that the code
+# generator appends to the kernel's signature (named TENSOR_MAP_PREFIX + a's C name)
+# and that the runtime encodes from the buffer bound to `a` whenever it binds a launch
+# (kernel.pack_arguments; a LaunchPlan re-encodes when the pointer changes). The
+# call keeps `a` itself as an argument, so fusion sees a non-element use and never
+# grafts a producer onto it (the TMA reads the buffer, not the IR's loads).
+TENSOR_MAP_PRIMITIVE = "tensor_map_param"
+TENSOR_MAP_PREFIX = "hf_tmap_"
+TENSOR_MAP_BOX_RANK = 5  # the call's box arguments, padded with 1s in front
+
+
+def tensor_map_param(param: Any, box: Any, swizzle_bytes: int = 128) -> Call:
+    """The tensor map of kernel tensor parameter `param` (row-major, static shape) cut
+    into boxes `box` (one side per dim, outermost first) with this swizzle."""
+    from hidet_framework.ir.expr import Var
+    from hidet_framework.ir.primitives import lookup_primitive
+    from hidet_framework.ir.types import TensorType
+
+    if not isinstance(param, Var) or not isinstance(param.type, TensorType) or param.type.layout is not None:
+        raise TypeError(f"tensor_map_param: a row-major tensor parameter, got {param!r}")
+    shape, box = param.type.shape, tuple(int(b) for b in box)
+    if not all(isinstance(d, int) for d in shape) or len(box) != len(shape) or len(shape) > TENSOR_MAP_BOX_RANK:
+        raise ValueError(f"tensor_map_param: a static shape of rank <= 5 and one box side a dim, got "
+                         f"{shape} and box {box}")
+    if param.type.dtype.name not in TMA_DTYPES or swizzle_bytes not in TMA_SWIZZLE:
+        raise ValueError(f"tensor_map_param: dtype {param.type.dtype.name} / swizzle {swizzle_bytes} "
+                         f"not one TMA takes")
+    padded = (1,) * (TENSOR_MAP_BOX_RANK - len(box)) + box
+    return lookup_primitive(TENSOR_MAP_PRIMITIVE)(param, const(swizzle_bytes, dtypes.int32),
+                                                  *(const(b, dtypes.int32) for b in padded))
+
+
+def tensor_maps_of(fn: Any) -> list[tuple]:
+    """``(param index, swizzle bytes, box)`` of every tensor-map parameter `fn` uses,
+    in parameter order (box outermost first, the param's rank long). One map per param."""
+    from hidet_framework.ir.functors import collect
+
+    found: dict = {}
+    for call in collect(fn.body, Call):
+        if call.func != TENSOR_MAP_PRIMITIVE:
+            continue
+        param, swizzle, *box = call.args
+        if param not in fn.params:
+            raise ValueError(f"{fn.name}: tensor_map_param of {param!r}, which is not a parameter")
+        rank = len(param.type.shape)
+        entry = (fn.params.index(param), int(swizzle.value), tuple(int(b.value) for b in box[TENSOR_MAP_BOX_RANK - rank:]))
+        if found.setdefault(entry[0], entry) != entry:
+            raise ValueError(f"{fn.name}: two different tensor maps of parameter {param.hint!r}")
+    return [found[k] for k in sorted(found)]
 
 
 # ------------------------------------------------------------------ host: tensor maps
@@ -206,27 +300,40 @@ def encode_tensor_map_2d(address: int, dtype: str, rows: int, cols: int, row_pit
     Limits the driver checks too, said here plainly: the address and row pitch are
     multiples of 16 bytes, a box side is at most 256 elements, and with a swizzle a box
     row is at most the swizzle span."""
+    return encode_tensor_map(address, dtype, (rows, cols), (box_rows, box_cols), swizzle_bytes, (row_pitch_bytes,))
+
+
+def encode_tensor_map(address: int, dtype: str, dims: tuple, box: tuple, swizzle_bytes: int = 0,
+                      pitches: tuple | None = None) -> bytes:
+    """The tensor map of a rank 1..5 tensor at `address`: `dims` and `box` outermost
+    first, `pitches` the byte strides of the outer dims (row-major when None)."""
     from .driver import check, cuda_driver, ensure_initialized
 
     if dtype not in TMA_DTYPES:
         raise ValueError(f"tensor maps here take {sorted(TMA_DTYPES)}, got {dtype!r}")
     if swizzle_bytes not in TMA_SWIZZLE:
         raise ValueError(f"swizzle must be one of {sorted(TMA_SWIZZLE)} bytes, got {swizzle_bytes}")
-    elem = dtypes.data_type(dtype).nbytes
-    if address % 16 or row_pitch_bytes % 16 or row_pitch_bytes < cols * elem:
+    rank, elem = len(dims), dtypes.data_type(dtype).nbytes
+    if not 1 <= rank <= 5 or len(box) != rank:
+        raise ValueError(f"a tensor map has 1..5 dims and one box side each, got dims {dims}, box {box}")
+    if pitches is None:
+        pitches = tuple(elem * math.prod(dims[d + 1:]) for d in range(rank - 1))
+    cols = dims[-1]
+    if address % 16 or any(p % 16 for p in pitches) or (rank > 1 and pitches[-1] < cols * elem):
         raise ValueError(f"TMA needs a 16-byte aligned address and row pitch >= a row; got address "
-                         f"{address:#x}, pitch {row_pitch_bytes} for {cols} x {elem} bytes")
-    if not (0 < box_rows <= 256 and 0 < box_cols <= 256) or (box_cols * elem) % 16:
+                         f"{address:#x}, pitch {pitches[-1] if pitches else None} for {cols} x {elem} bytes")
+    if not all(0 < b <= 256 for b in box) or (box[-1] * elem) % 16:
         raise ValueError(f"box sides must be 1..256 elements and a box row a multiple of 16 bytes, got "
-                         f"[{box_rows}, {box_cols}] of {elem}-byte elements")
-    if swizzle_bytes and box_cols * elem > swizzle_bytes:
-        raise ValueError(f"a box row of {box_cols * elem} bytes exceeds the {swizzle_bytes}-byte swizzle")
+                         f"{list(box)} of {elem}-byte elements")
+    if swizzle_bytes and box[-1] * elem > swizzle_bytes:
+        raise ValueError(f"a box row of {box[-1] * elem} bytes exceeds the {swizzle_bytes}-byte swizzle")
     ensure_initialized()
     drv = cuda_driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     tmap = check(drv.cuTensorMapEncodeTiled(
-        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{TMA_DTYPES[dtype]}"), 2, address,
-        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(row_pitch_bytes)],
-        [drv.cuuint32_t(box_cols), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{TMA_DTYPES[dtype]}"), rank, address,
+        [u64(d) for d in reversed(dims)], [u64(p) for p in reversed(pitches)],
+        [u32(b) for b in reversed(box)], [u32(1)] * rank,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{TMA_SWIZZLE[swizzle_bytes]}"),
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

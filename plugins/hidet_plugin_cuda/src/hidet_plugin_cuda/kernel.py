@@ -12,6 +12,7 @@ cupy); numpy arrays are refused, since a kernel cannot read host memory.
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import attrs
@@ -43,16 +44,23 @@ class ParamSpec:
     :param dtype: element dtype of a tensor, or the scalar's dtype (IR names).
     :param shape: a tensor's expected shape; an entry that is not an int (None, a
         symbol name) matches any extent. None skips the shape check.
+    :param tensor_map: kind ``"tensormap"`` only: ``(source parameter index, swizzle
+        bytes, box)``; such parameters come last, take no argument of their own, and
+        are encoded from the source tensor's pointer (`TensorMapValue`).
     """
 
     name: str
     kind: str
     dtype: str
     shape: tuple | None = attrs.field(default=None, converter=lambda s: None if s is None else tuple(s))
+    tensor_map: tuple | None = attrs.field(default=None, converter=lambda t: None if t is None else (
+        int(t[0]), int(t[1]), tuple(int(b) for b in t[2])))  # lists too: a saved model's JSON
 
     def __attrs_post_init__(self):
-        if self.kind not in ("tensor", "scalar"):
-            raise ValueError(f"ParamSpec.kind must be 'tensor' or 'scalar', got {self.kind!r}")
+        if self.kind not in ("tensor", "scalar", "tensormap"):
+            raise ValueError(f"ParamSpec.kind must be 'tensor', 'scalar' or 'tensormap', got {self.kind!r}")
+        if (self.kind == "tensormap") != (self.tensor_map is not None):
+            raise ValueError(f"ParamSpec {self.name!r}: a 'tensormap' parameter needs tensor_map (and only it)")
         as_dtype(self.dtype)  # fail early on an unknown dtype
 
 
@@ -103,15 +111,67 @@ def _tensor_pointer(spec: ParamSpec, value: Any, kernel: str) -> tuple[int, Devi
     return array.ptr, array
 
 
+class TensorMapValue(ctypes.Structure):
+    """A tensor-map kernel parameter: the 128-byte CUtensorMap of the buffer at `address`
+    (encoded by the driver), passed by value."""
+
+    _fields_ = [("words", ctypes.c_uint64 * 16)]
+
+    def __init__(self, param: ParamSpec, address: int) -> None:
+        ctypes.Structure.__init__(self)
+        self.param = param
+        self.encode(address)
+
+    def encode(self, address: int) -> None:
+        ctypes.memmove(ctypes.addressof(self), _encoded(self.param, int(address)), 128)
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(param: ParamSpec, address: int) -> bytes:
+    """The map of `param` over the buffer at `address` (the same buffer is bound again
+    and again: the tuner's repeated launches, a call path's arena)."""
+    from .hopper import encode_tensor_map
+
+    _, swizzle, box = param.tensor_map
+    try:
+        return encode_tensor_map(address, param.dtype, tuple(param.shape), tuple(box), swizzle)
+    except ValueError as exc:
+        raise CudaLaunchError(f"tensor map {param.name!r}: {exc}") from None
+
+
+class MappedPointer(ctypes.c_uint64):
+    """A tensor's pointer argument with tensor maps made from it: setting ``value`` (a
+    LaunchPlan binding another buffer) re-encodes them in place."""
+
+    def __init__(self, value: int) -> None:
+        ctypes.c_uint64.__init__(self, value)
+        self.maps: list[TensorMapValue] = []
+
+    @property
+    def value(self) -> int:
+        return ctypes.c_uint64.value.__get__(self)
+
+    @value.setter
+    def value(self, address: int) -> None:
+        ctypes.c_uint64.value.__set__(self, address)
+        for m in self.maps:
+            m.encode(address)
+
+
 def pack_arguments(spec: KernelSpec, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     """ctypes values in parameter order, plus the objects that must stay alive
-    during the launch (views imported through DLPack)."""
-    if len(args) != len(spec.params):
-        names = ", ".join(p.name for p in spec.params)
-        raise CudaLaunchError(f"kernel {spec.name!r} takes {len(spec.params)} arguments ({names}), "
+    during the launch (views imported through DLPack). Tensor-map parameters (last)
+    are encoded from their source tensors' pointers."""
+    given = [p for p in spec.params if p.kind != "tensormap"]
+    if len(args) != len(given):
+        names = ", ".join(p.name for p in given)
+        raise CudaLaunchError(f"kernel {spec.name!r} takes {len(given)} arguments ({names}), "
                               f"got {len(args)}")
     values, keep = [], []
-    for param, value in zip(spec.params, args):
+    for param in spec.params[len(given):]:
+        if param.kind != "tensormap" or spec.params[param.tensor_map[0]].kind != "tensor":
+            raise CudaLaunchError(f"kernel {spec.name!r}: tensor-map parameters come last and map a tensor")
+    for param, value in zip(given, args):
         if param.kind == "tensor":
             ptr, array = _tensor_pointer(param, value, spec.name)
             values.append(ctypes.c_uint64(ptr))
@@ -124,6 +184,13 @@ def pack_arguments(spec: KernelSpec, args: Sequence[Any]) -> tuple[list[Any], li
                 values.append(scalar_argument(value, param.dtype))
             except (TypeError, ValueError) as exc:
                 raise CudaLaunchError(f"kernel {spec.name!r}, parameter {param.name!r}: {exc}") from None
+    for param in spec.params[len(given):]:
+        index = param.tensor_map[0]
+        source = values[index]
+        if not isinstance(source, MappedPointer):
+            source = values[index] = MappedPointer(source.value)
+        source.maps.append(TensorMapValue(param, source.value))
+        values.append(source.maps[-1])
     return values, keep
 
 

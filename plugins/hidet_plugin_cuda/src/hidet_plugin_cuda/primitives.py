@@ -95,6 +95,10 @@ def _register_sync_warp_atomic() -> None:
     # The result type is a pointer (a Call built by lang.dynamic_smem_bytes_pointer);
     # PrimitiveFunction holds scalar result types only, so none is declared here.
     register_primitive(PrimitiveFunction("dynamic_smem", None, {KIND: DYNAMIC_SMEM_NAME}))
+    # the generic address of a tensor-map parameter (hopper.tensor_map_param): the code
+    # generator appends `const __grid_constant__ hf_tensor_map_t hf_tmap_<param>`
+    register_primitive(PrimitiveFunction("tensor_map_param", dtypes.uint64,
+                                         {KIND: "(unsigned long long)&hf_tmap_{0}"}))
 
 
 def _register_streaming() -> None:

@@ -1,0 +1,283 @@
+"""CUDA fp16 / bf16 matmul on Hopper: TMA loads, warp specialisation, a persistent grid.
+
+One block per multiprocessor (at most) walks the output tiles ``t = blockIdx.x,
+blockIdx.x + grid, ...`` (tile order: rows of N tiles, or with ``raster`` columns of
+`raster` M tiles, as `cuda_ir_builders.block_tile`). Its warpgroups have two roles:
+
+- the **producer** (the last warpgroup; one thread works) issues, for every k-tile of
+  every tile the block owns, the bulk tensor copies (``cp.async.bulk.tensor``) of the A
+  tile [BM, 64] and of B's [64, BN] as BN/64 boxes of 64 x 64, into stage ``i % stages``
+  of a ring of shared buffers, after waiting for that stage's *empty* mbarrier; the
+  copies complete on the stage's *full* mbarrier (``expect_tx`` of the stage's bytes).
+  The tensor maps are kernel parameters (`hopper.tensor_map_param`), encoded by the
+  runtime from the bound buffers; their 128-byte swizzle puts each 64-element row at
+  128 bytes with its 16-byte chunks XOR-ed by row % 8, the layout `cuda_wgmma` reads.
+  Boxes past the edges of A or B are zero-filled, so any M, N and K work (rows 16-byte
+  aligned: K and N multiples of 8).
+- the **consumers** (warpgroups 0 .. consumers-1, each 64 * m_tiles rows of the tile)
+  wait for a stage's full barrier, issue its 4 * m_tiles ``wgmma m64nBNk16``, commit,
+  and wait until at most one group is pending (``wgmma.wait_group 1``): the k-tile
+  before it is then finished and its stage is released (lane 0 of every consumer warp
+  arrives on the empty barrier, after its own wait). The tensor cores so always have the next group queued. At a
+  tile's end: wait for all, write the fp32 accumulators to C with guarded
+  tensor-element stores (graftable for fusion, as in every template), zero them.
+
+With two consumer warpgroups the producer gives registers away (``setmaxnreg``: 40 for
+it, 232 for the consumers) under ``__launch_bounds__(384, 1)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import data_type
+from hidet_framework.lang import attrs, f32, register_tensor, script, script_module, shared_tensor, static_range, u64
+from hidet_framework.lang.annotations import DTypeAnnotation
+from hidet_framework.mapping.layout import row_major, swizzle
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.schedule.template import Template
+
+from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, seq_of
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.operators import MatmulOperands
+
+BK = 64  # one 128-byte swizzle row of 16-bit elements
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1}
+PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
+
+
+def ws_config(params: Mapping[str, Any]) -> dict:
+    c, mt, bn = params["consumers"], params["m_tiles"], params["block_n"]
+    bm = 64 * c * mt
+    return {"bm": bm, "bn": bn, "threads": 128 * (c + 1), "acc": mt * bn // 2,
+            "smem": params["stages"] * (bm + bn) * BK * 2}
+
+
+def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
+    cfg = ws_config(params)
+    # 1 KiB kept for the static shared memory (the mbarriers)
+    return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
+            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2)
+            and params["consumers"] in (1, 2))  # 3: ptxas wants >= 154 registers under a 128 cap
+
+
+def ws_space(target: Any, level: int) -> list[dict]:
+    """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
+    many stages as shared memory holds (at most 8) and fewer, raster on or off with the
+    most stages, at level 2 two-block clusters too; empty on anything but sm_90."""
+    if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
+        return []
+    out = [DEFAULT]
+
+    def add(p: dict) -> None:
+        p = dict(DEFAULT, **p)
+        if p not in out and ws_legal(p, target):
+            out.append(p)
+
+    # (2, 1, 64): few rows (M <= 128) get N / 64 tiles, enough blocks to stream B at full rate
+    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (2, 1, 64), (1, 2, 256), (1, 2, 128), (2, 1, 192),
+              (1, 1, 256), (1, 2, 64)]
+    if level >= 1:
+        smem = target_int(target, "smem_per_block_optin", 227 * 1024)
+        for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
+            most = (smem - 1024) // ((64 * c * mt + bn) * BK * 2)
+            top = min(most, 8)
+            counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
+            for stages in sorted(counts):
+                for raster in ((0, 8) if stages == top else (0,)):
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
+                if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
+                    # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
+                    # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
+    return out
+
+
+def ws_tile(t: Any, rank: Any, grid_n: int, unit_m: int, batch: int, raster: int, cl: int) -> tuple:
+    """(batch, M tile, N tile) of work unit `t` (IR or int) for the block of rank `rank`
+    in its cluster: units are numbered by `block_tile` over (unit_m, grid_n) per batch
+    entry, and a unit is `cl` M tiles (rank r takes M tile cl * unit + r)."""
+    per_batch = grid_n * unit_m
+    within = t % per_batch if batch > 1 else t
+    bz = t // per_batch if batch > 1 else 0
+    m_unit, n_tile = block_tile(within % grid_n, within // grid_n, grid_n, unit_m, raster)
+    return bz, (m_unit * cl + rank if cl > 1 else m_unit), n_tile
+
+
+class CudaHopperWsMatmul(Template):
+    """fp16/bf16 matmul, TMA + warp-specialised wgmma, persistent (sm_90a); see the module docstring."""
+
+    name = "matmul.cuda_hopper_ws"
+    operator = "matmul"
+    target = "cuda"
+    version = "1"
+    priority = 2  # below cuda_wgmma (3) until the GPU measurements say otherwise
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        ops = MatmulOperands(attributes)
+        return task_dtype(task) in ("float16", "bfloat16") and ops.k % 8 == 0 and ops.n % 8 == 0
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        return ws_space(target, level)
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        ops = MatmulOperands(attributes)
+        dtype = task_dtype(task)
+        p = dict(DEFAULT, **params)
+        if ops.k % 8 or ops.n % 8:
+            raise ValueError(f"{self.name}: rows of A and B must be 16-byte aligned (K, N multiples of 8), "
+                             f"got K={ops.k}, N={ops.n}")
+        if not ws_legal(p, target):
+            raise ValueError(f"{self.name}: {p} does not fit (registers, shared memory or the 256-row box)")
+        name = (f"matmul_hopper_ws_{dtype}_{ops.key()}_c{p['consumers']}x{p['m_tiles']}_n{p['block_n']}"
+                f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}"
+                f"{'_cl%d' % p['cluster'] if p['cluster'] > 1 else ''}")
+        sms = target_int(target, "sm_count", 132)
+        module = script_module(build_ws_kernel(ops, dtype, p, name, sms), name=name)
+        launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
+        return ScheduledTask(module, (launch,), (), source=self.name, params=p)
+
+
+def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str, sms: int):
+    from hidet_plugin_cuda import hopper as hw
+    from hidet_plugin_cuda import lang as cu
+
+    cfg = ws_config(params)
+    bm, bn, threads, stages = cfg["bm"], cfg["bn"], cfg["threads"], params["stages"]
+    m_tiles, consumers, raster, cl = params["m_tiles"], params["consumers"], params["raster"], params["cluster"]
+    m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
+    k_tiles = max(1, ceil_div(k, BK))
+    grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
+    # work units: tiles, or with clusters pairs of tiles along M (rank r takes M tile 2 pm + r)
+    unit_m = ceil_div(grid_m, cl)
+    per_batch = grid_n * unit_m
+    units = per_batch * batch
+    grid = min(units, sms // cl) * cl
+    a_size, b_size = bm * BK, BK * bn
+    stage_bytes = (a_size + b_size) * 2
+    consumer_warps = 4 * consumers  # lane 0 of each consumer warp releases a stage
+    dt = DTypeAnnotation(data_type(dtype))
+    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
+    b_leading, b_stride = BK * 64 * 2, 8 * 64 * 2  # as cuda_wgmma: next 64 columns, next 8 rows of K
+    m_whole, n_whole = m % bm == 0 and grid_m % cl == 0, n % bn == 0
+    a_box = (1,) * (len(ops.a_shape) - 2) + (bm, BK)
+    b_box = (1,) * (len(ops.b_shape) - 2) + (BK, 64)
+    set_regs = consumers == 2
+
+    def tile_coords(t, rank):
+        return ws_tile(t, rank, grid_n, unit_m, batch, raster, cl)
+
+    def coords(index):  # TMA coordinates are innermost first
+        return tuple(reversed(index))
+
+    def load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile, rank):
+        """A's box; B's 64-column boxes, with clusters each block's share of them sent
+        to both blocks (they compute the same N tile)."""
+        from hidet_framework.ir.expr import equal
+        from hidet_framework.ir.stmt import IfStmt
+
+        out = [hw.mbarrier_arrive_expect_tx(bars[s], stage_bytes),
+               hw.tma_load(sa[s * a_size], a_map, bars[s], coords(ops.a_index(bz, m_tile * bm, kt * BK)))]
+        for j in range(bn // 64):
+            load = hw.tma_load(sb[s * b_size + j * BK * 64], b_map, bars[s],
+                               coords(ops.b_index(bz, kt * BK, n_tile * bn + j * 64)), (1 << cl) - 1 if cl > 1 else 0)
+            out.append(IfStmt(equal(rank, j % cl), load) if cl > 1 else load)
+        return seq_of(out)
+
+    def release(bar):
+        """Lane 0 of a consumer warp frees a stage: in its block, and with clusters in
+        every block of the cluster (their producers write into it too)."""
+        return seq_of([hw.mbarrier_arrive_cluster(bar, r) for r in range(cl)]) if cl > 1 else hw.mbarrier_arrive(bar)
+
+    def cluster_sync():
+        return hw.cluster_sync() if cl > 1 else seq_of([])
+
+    def multiply(acc, sa, sb, s, group):
+        out = []
+        for kk in range(BK // 16):
+            b_op = hw.wgmma_operand(sb[s * b_size + sb_layout.offset(kk * 16, 0)], b_leading, b_stride)
+            for mi in range(m_tiles):
+                row0 = (group * m_tiles + mi) * 64
+                a_op = hw.wgmma_operand(sa[s * a_size + row0 * BK + kk * 16], 16, 8 * BK * 2)
+                out.append(hw.wgmma_mma_async(acc[mi, :], a_op, b_op, bn, dtype, trans_b=True))
+        return seq_of(out)
+
+    def acc_list(acc):
+        return [acc[mi, j] for mi in range(m_tiles) for j in range(bn // 2)]
+
+    def role_registers(producer: bool):
+        return hw.setmaxnreg(PRODUCER_REGS if producer else CONSUMER_REGS, not producer) if set_regs else seq_of([])
+
+    @script
+    def matmul_hopper_ws(a: dt[ops.a_shape], b: dt[ops.b_shape], c: dt[ops.c_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = grid
+        attrs.cuda.block_dim = threads
+        attrs.cuda.min_blocks = 1
+        attrs.cuda.cluster_size = cl
+        attrs.cuda.dynamic_smem_bytes = stages * stage_bytes
+        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
+        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        bars = shared_tensor(u64, [2 * stages])  # full[s], then empty[s]
+        tid = cu.threadIdx.x
+        if tid == 0:
+            for s in static_range(stages):
+                hw.mbarrier_init(bars[s], 1)
+                hw.mbarrier_init(bars[stages + s], consumer_warps * cl)
+            hw.fence_mbarrier_init()
+        cu.syncthreads()
+        cluster_sync()
+        rank = cu.blockIdx.x % cl
+        group = tid // 128
+        if group == consumers:
+            role_registers(True)
+            if tid % 128 == 0:
+                a_map = hw.tensor_map_param(a, a_box)
+                b_map = hw.tensor_map_param(b, b_box)
+                it = 0
+                for t in range(cu.blockIdx.x // cl, units, grid // cl):
+                    bz, m_tile, n_tile = tile_coords(t, rank)
+                    for kt in range(k_tiles):
+                        s = it % stages
+                        hw.mbarrier_wait(bars[stages + s], ((it // stages) & 1) ^ 1)
+                        load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile, rank)
+                        it += 1
+        else:
+            role_registers(False)
+            acc = register_tensor(f32, [m_tiles, bn // 2])
+            for mi in static_range(m_tiles):
+                for j in static_range(bn // 2):
+                    acc[mi, j] = 0.0
+            lane = tid % 32
+            warp = tid % 128 // 32
+            it = 0
+            for t in range(cu.blockIdx.x // cl, units, grid // cl):
+                bz, m_tile, n_tile = tile_coords(t, rank)
+                hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
+                for kt in range(k_tiles):
+                    s = it % stages
+                    hw.mbarrier_wait(bars[s], (it // stages) & 1)
+                    hw.wgmma_fence()
+                    multiply(acc, sa, sb, s, group)
+                    hw.wgmma_commit_group()
+                    hw.wgmma_wait_group(1)
+                    if kt > 0 and lane == 0:
+                        release(bars[stages + (it + stages - 1) % stages])
+                    it += 1
+                hw.wgmma_wait_group(0)
+                if lane == 0:
+                    release(bars[stages + (it + stages - 1) % stages])
+                hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
+                for mi in static_range(m_tiles):
+                    for j in static_range(bn // 8):
+                        for e in static_range(4):
+                            row = m_tile * bm + (group * m_tiles + mi) * 64 + warp * 16 + lane // 4 + e // 2 * 8
+                            col = n_tile * bn + j * 8 + lane % 4 * 2 + e % 2
+                            if guard([(m_whole, row < m), (n_whole, col < n)]):
+                                c[ops.c_index(bz, row, col)] = acc[mi, j * 4 + e]
+                for mi in static_range(m_tiles):
+                    for j in static_range(bn // 2):
+                        acc[mi, j] = 0.0
+        cluster_sync()  # no block leaves while its peer may still arrive on its barriers
+
+    return matmul_hopper_ws
