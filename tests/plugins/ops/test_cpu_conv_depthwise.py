@@ -5,8 +5,8 @@ output against a float64 numpy reference, on this machine's ISA and on AVX2 (the
 target says 256-bit vectors and gcc is told ``-mno-avx512f``): odd and prime sizes,
 strides 1, 2 and 3 (row phases, columns subsampled in the store), dilations,
 asymmetric pads, windows larger than the image, channel multipliers, planes narrower
-than one vector (the flat phase tile runs across rows) and planes cut into several
-row blocks. A compiled graph fuses bias and a relu6 clip onto the stores.
+than one vector (the flat phase tile runs across rows), planes cut into several row
+blocks and small planes grouped into items (a short last group included). A compiled graph fuses bias and a relu6 clip onto the stores.
 """
 from __future__ import annotations
 
@@ -73,6 +73,8 @@ CASES = [  # x shape, multiplier, kernel, stride, pads (top, left, bottom, right
     ((1, 3, 5, 5), 1, (3, 3), (1, 1), (4, 4, 4, 4), (1, 1), True),        # rows and columns of padding only
     ((1, 2, 67, 61), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),      # several row blocks per plane
     ((1, 2, 61, 67), 1, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), False),     # row blocks at stride 2
+    ((2, 11, 7, 7), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),       # planes grouped, the last group short
+    ((1, 5, 6, 5), 3, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True),        # grouped across a multiplier
 ]
 
 
