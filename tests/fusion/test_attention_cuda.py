@@ -1,6 +1,7 @@
 """The CUDA attention template (hidet_plugin_ops/cuda_attention.py). Marker ``nvcc``
-(no GPU needed): every candidate, alone and with the head split / merge of an
-exported attention block grafted on, compiles to an sm_90 cubin. Marker ``cuda``:
+(no GPU needed): every candidate with the head split / merge of an exported
+attention block grafted on, and each kernel form (per-row, tiled in both key orders)
+alone on every case, compiles to an sm_90 cubin. Marker ``cuda``:
 every candidate against a float64 numpy reference on the GPU (odd and prime sizes,
 masks added and selected, a fully masked row, broadcast batch axes, poisoned
 outputs), and a graph too big for shared memory falls back to the auto-scheduler."""
@@ -58,7 +59,7 @@ def _cuda_target():
 
 
 @pytest.mark.nvcc
-def test_every_candidate_compiles_alone_and_grafted(tmp_path, monkeypatch, rng):
+def test_every_candidate_compiles_grafted_and_each_form_alone(tmp_path, monkeypatch, rng):
     target = _cuda_target()
     from hidet_plugin_cuda import CudaBackend
     from hidet_plugin_cuda.nvrtc_build import build_cubin, choose_compiler
@@ -79,7 +80,12 @@ def test_every_candidate_compiles_alone_and_grafted(tmp_path, monkeypatch, rng):
     for k in range(len(CASES)):
         op, _, _ = _case(k, rng)
         assert template.applies(op.task, op.attributes)
-        jobs += [template.build(op.task, op.attributes, p, target) for p in template.space(target, 1)]
+        # each kernel form on every case (odd N, M under the row tile, each mask kind): the
+        # default, the per-row form, the widest tiled block and the other key order
+        forms = [template.space(target, 0)[0], {"threads": 64}, {"rows": 16, "threads": 256, "k_order": "d"},
+                 {"rows": 8, "threads": 128, "k_order": "j"}]
+        assert all(f in template.space(target, 1) for f in forms)
+        jobs += [template.build(op.task, op.attributes, p, target) for p in forms]
     # BERT's form: q, k, v reshaped from [B, S, H*D] and transposed; the output merged back
     x = [hf.symbol((2, 13, 24), "float32") for _ in range(3)]
     heads = [hf.ops.transpose(hf.ops.reshape(t, [2, 13, 3, 8]), [0, 2, 1, 3]) for t in x]
@@ -128,3 +134,26 @@ def test_rows_too_long_for_shared_memory_use_the_auto_scheduler(rng):
     fn = hf.compile(hf.trace(y, inputs=[q, kt, v]), target="cuda")
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (q, kt, v)]
     np.testing.assert_allclose(fn(*arrays), _reference(arrays, None, "none", 0.5, False), rtol=1e-5, atol=1e-5)
+
+
+def test_tiled_rows_follow_the_multiprocessors_shared_memory_and_m():
+    from hidet_framework.backend.contract import Target
+    from hidet_plugin_ops.cuda_attention import tile_rows
+
+    h200 = _cuda_target()
+    small = Target("cuda", "sm_90", {**dict(h200.properties), "sm_count": 46})
+
+    def task(m, n, d=64, dtype="float16"):
+        y = hf.ops.attention(hf.symbol((1, 12, m, d), dtype), hf.symbol((1, 12, d, n), dtype),
+                             hf.symbol((1, 12, n, d), dtype), scale=0.125)
+        return y.producer.task, y.producer.attributes
+
+    gpt2 = task(128, 128)
+    assert tile_rows(*gpt2, "auto", h200) == 8  # 16 rows: 96 blocks for 132 SMs; 8 rows: 192
+    assert tile_rows(*gpt2, "auto", small) == 16
+    assert tile_rows(*gpt2, 1, h200) == 1 and tile_rows(*gpt2, 4, h200) == 4
+    assert tile_rows(*task(1, 128), "auto", h200) == 1  # decode: the per-row form
+    assert tile_rows(*task(3, 128), "auto", h200) == 2
+    long_rows = task(128, 3000, dtype="float32")  # 16 rows of 3008 scores exceed 48 KiB
+    assert tile_rows(*long_rows, 16, h200) == 2 == tile_rows(*long_rows, "auto", small)
+    assert tile_rows(*task(128, 12000, dtype="float32"), "auto", h200) == 1  # not even 2 rows fit

@@ -16,7 +16,28 @@ The scores row stays in shared memory (``N + D`` floats: the template applies wh
 that fits in 48 KiB), so the probabilities never go to global memory. Operands are
 read and the output written only as elements, so fusion grafts the head split and
 merge (reshapes, transposes, scalings) onto them. Statistics are float32 (float64 for
-float64 operands). The space is the block size (``T`` in 128, 256, 64, 32).
+float64 operands).
+
+The tiled form (``rows`` = R > 1) gives a block R query rows of one batch entry, so
+every key and value element is loaded (through whatever the graft put in front of
+it: GPT-2's head split costs dozens of integer operations an element) once per R
+rows instead of once per row:
+
+    block (b, rows i0 .. i0+R-1) of T threads:
+        qs[r, :]   = q[b, i0 + r, :]                  shared; rows past M repeat row M-1
+        for each chunk of C keys j0 .. j0+C-1:
+            ks[:, jj] = kt[b, :, j0 + jj]             shared (0 past N); threads walk D
+                                                      fastest (`k_order` "d": the exported
+                                                      K^T is a transpose) or C ("j")
+            s[r, j0 + jj] = logit(qs[r, :] . ks[:, jj])   thread e takes (r, jj) = e
+        warp w: rows w, w + T/32, ...: the row's max, exp, sum, p = probability
+        for each chunk: vs[jj, :] = v[b, j0 + jj, :]; ys[r, c] += sum_jj p[r, j0+jj] vs[jj, c]
+        y[b, i0 + r, c] = ys[r, c]                    rows < M only; element stores
+
+Every thread keeps the same (r, c) outputs through all chunks, so ``ys`` needs no
+barrier of its own. The space: the per-row form with ``T`` in 128, 256, 64, 32, and
+the tiled one with R in ROW_TILES and T in 128, 256 (level 0: the largest R that
+still gives every SM a block, from the target's SM count).
 """
 from __future__ import annotations
 
@@ -24,7 +45,7 @@ import math
 from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import cast, const, maximum
+from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
@@ -39,6 +60,8 @@ from .cpu_attention import _Batched, row_functions
 __all__ = ["CudaAttention"]
 
 SHARED_LIMIT = 48 * 1024
+ROW_TILES = (16, 8, 4, 2)  # query rows per block of the tiled form
+CHUNK = 32  # keys per shared tile of the tiled form
 
 
 def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
@@ -123,6 +146,106 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
     return attention_rows_cuda
 
 
+def _tiled_shared_bytes(a: Mapping[str, Any], rows: int, width: int) -> int:
+    n, d, dv = (int(a[k]) for k in ("n", "d", "dv"))
+    npad = -(-n // CHUNK) * CHUNK
+    return (rows * d + d * (CHUNK + 1) + CHUNK * dv + rows * npad + rows * dv) * width
+
+
+def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_order: str, name: str):
+    from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
+
+    q, kt, v = task.inputs[:3]
+    y = task.outputs[0]
+    batch = tuple(int(s) for s in a["batch"])
+    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
+    ct = accumulator_dtype(q.dtype)
+    mask = task.inputs[3] if a["mask_kind"] != "none" else q
+    qt, ktt, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
+    qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
+    logit, probability = row_functions(task, a, batch)
+    warps = threads // 32
+    levels = [16 >> s for s in range(5)]
+    lowest, zero = const(ct.min_value(), ct), const(0.0, ct)
+    row_blocks, chunks = -(-m // rows), -(-n // CHUNK)
+    npad = chunks * CHUNK
+
+    @script
+    def attention_tiles_cuda(qx: qt, kx: ktt, vx: vt, mk: mt, yx: yt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = math.prod(batch) * row_blocks
+        attrs.cuda.block_dim = threads
+        qs = shared_tensor(ct, [rows, d])
+        ks = shared_tensor(ct, [d, CHUNK + 1])  # + 1: "d" order stores down a column
+        vs = shared_tensor(ct, [CHUNK, dv])
+        srow = shared_tensor(ct, [rows, npad])
+        ys = shared_tensor(ct, [rows, dv])
+        b = blockIdx.x / row_blocks
+        i0 = blockIdx.x % row_blocks * rows
+        tid = threadIdx.x
+        lane = tid % 32
+        for e in range(tid, rows * d, threads):
+            qs[e / d, e % d] = qa.load(qx, b, minimum(i0 + e / d, m - 1), e % d, ct)
+        for e in range(tid, rows * dv, threads):
+            ys[e / dv, e % dv] = zero
+        for c0 in range(chunks):
+            syncthreads()  # the previous chunk's readers of ks are done
+            for e in range(tid, d * CHUNK, threads):
+                r = e % d if k_order == "d" else e / CHUNK
+                jj = e / d if k_order == "d" else e % CHUNK
+                if c0 * CHUNK + jj < n:
+                    ks[r, jj] = ka.load(kx, b, r, c0 * CHUNK + jj, ct)
+                else:
+                    ks[r, jj] = zero
+            syncthreads()
+            for e in range(tid, rows * CHUNK, threads):
+                r = e / CHUNK
+                jj = e % CHUNK
+                s = zero
+                for c in range(d):
+                    s = s + qs[r, c] * ks[c, jj]
+                if c0 * CHUNK + jj < n:
+                    srow[r, c0 * CHUNK + jj] = logit(s, mk, b, minimum(i0 + r, m - 1), c0 * CHUNK + jj)
+                else:
+                    srow[r, c0 * CHUNK + jj] = zero  # a probability of 0 for the padding keys
+        syncthreads()
+        for r in range(tid / 32, rows, warps):  # one warp a row: the shuffles stay warp-uniform
+            top = lowest
+            for j in range(lane, n, 32):
+                top = maximum(top, srow[r, j])
+            for lv in static_range(5):
+                top = maximum(top, shfl_xor_sync(FULL_MASK, top, levels[lv]))
+            total = zero
+            for j in range(lane, n, 32):
+                ex = exp(srow[r, j] - top)
+                srow[r, j] = ex
+                total = total + ex
+            for lv in static_range(5):
+                total = total + shfl_xor_sync(FULL_MASK, total, levels[lv])
+            inv = const(1.0, ct) / total
+            for j in range(lane, n, 32):
+                srow[r, j] = probability(srow[r, j], inv)
+        for c0 in range(chunks):
+            syncthreads()  # the probabilities (first chunk) or the previous chunk's readers of vs
+            for e in range(tid, CHUNK * dv, threads):
+                if c0 * CHUNK + e / dv < n:
+                    vs[e / dv, e % dv] = va.load(vx, b, c0 * CHUNK + e / dv, e % dv, ct)
+                else:
+                    vs[e / dv, e % dv] = zero
+            syncthreads()
+            for e in range(tid, rows * dv, threads):
+                acc = ys[e / dv, e % dv]
+                for jj in range(CHUNK):
+                    acc = acc + srow[e / dv, c0 * CHUNK + jj] * vs[jj, e % dv]
+                ys[e / dv, e % dv] = acc
+        for e in range(tid, rows * dv, threads):
+            if i0 + e / dv < m:
+                yx[ya.index(b, i0 + e / dv, e % dv)] = cast(ys[e / dv, e % dv], y.dtype)
+
+    return attention_tiles_cuda
+
+
 class CudaAttention(Template):
     """``attention`` on CUDA (module docstring)."""
 
@@ -140,12 +263,20 @@ class CudaAttention(Template):
         return (int(attributes["n"]) + int(attributes["d"]) + 2 * 8) * width <= SHARED_LIMIT
 
     def space(self, target: Any, level: int) -> list[dict]:
-        out = [{"threads": 128}]
-        return out if level == 0 else out + [{"threads": t} for t in (256, 64, 32)]
+        if level == 0:
+            return [{"rows": "auto", "threads": 128, "k_order": "d"}]
+        tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
+        return ([{"rows": "auto", "threads": 128, "k_order": "d"}] + [{"threads": t} for t in (128, 256, 64, 32)]
+                + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}])
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
-        fn = _kernel(task, attributes, int(params["threads"]), name)
+        threads = int(params["threads"])
+        rows = tile_rows(task, attributes, params.get("rows", 1), target)
+        if rows > 1:
+            fn = _tiled_kernel(task, attributes, threads, rows, params.get("k_order", "d"), name)
+        else:
+            fn = _kernel(task, attributes, threads, name)
         buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
         if attributes["mask_kind"] != "none":
             module = ir_module(name, [fn.ir])
@@ -155,3 +286,23 @@ class CudaAttention(Template):
                                                ir.ret_type, ir.attrs)])
             buffers = buffers[:3] + buffers[4:]
         return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=dict(params))
+
+
+def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) -> int:
+    """The query rows per block that a candidate's ``rows`` means for this task: 1 is
+    the per-row form; R > 1 shrinks (R/2, ...) until the tiled form's shared memory
+    fits, else the per-row form; "auto" is the largest of ROW_TILES that still gives
+    each multiprocessor of the target a block (fewer blocks idle SMs, more rows per
+    block read K and V fewer times), the smallest that fits when none does, and never
+    more rows than M (the per-row form for M = 1)."""
+    width = accumulator_dtype(task.inputs[0].dtype).bits // 8
+    m = int(attributes["m"])
+    fitting = [r for r in ROW_TILES if _tiled_shared_bytes(attributes, r, width) <= SHARED_LIMIT]
+    if rows == "auto":
+        sms = int(target.get("sm_count", 132)) if hasattr(target, "get") else 132
+        entries = math.prod(int(s) for s in attributes["batch"])
+        fitting = [r for r in fitting if r <= m]  # no block of mostly repeated rows (decode: M = 1)
+        busy = [r for r in fitting if entries * -(-m // r) >= sms]
+        return busy[0] if busy else (fitting[-1] if fitting else 1)
+    rows = int(rows)
+    return max([r for r in fitting if r <= rows], default=1) if rows > 1 else 1
