@@ -140,3 +140,73 @@ def test_compiled_graph_fuses_bias_and_relu6(rng):
     ref = np.clip(depthwise64(a, w, b, (2, 2), (1, 1, 1, 1), (1, 1)), 0.0, 6.0)
     out = fn(a)
     assert np.abs(out - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def avg_pool64(x, kernel, stride, pads, include, ceil_mode):
+    """float64 reference of avg_pool2d (pooling.py's semantics, written out per window)."""
+    n, c, h, w = x.shape
+    top, left, bottom, right = pads
+    out = []
+    for d, size, lo, hi in ((0, h, top, bottom), (1, w, left, right)):
+        span = size + lo + hi - kernel[d]
+        m = (-(-span // stride[d]) if ceil_mode else span // stride[d]) + 1
+        if ceil_mode and (m - 1) * stride[d] >= size + lo:
+            m -= 1
+        out.append(m)
+    y = np.zeros((n, c, *out))
+    for i in range(out[0]):
+        for j in range(out[1]):
+            h0, w0 = i * stride[0] - top, j * stride[1] - left
+            hs, he, ws, we = max(h0, 0), min(h0 + kernel[0], h), max(w0, 0), min(w0 + kernel[1], w)
+            total = x[:, :, hs:he, ws:we].astype(np.float64).sum(axis=(2, 3))
+            if include:
+                count = (min(h0 + kernel[0], h + bottom) - h0) * (min(w0 + kernel[1], w + right) - w0)
+            else:
+                count = (he - hs) * (we - ws)
+            y[:, :, i, j] = total / count
+    return y
+
+
+POOL_CASES = [  # x shape, kernel, stride, pads, count_include_pad, ceil_mode
+    ((1, 7, 35, 35), (3, 3), (1, 1), (1, 1, 1, 1), True, False),     # Inception's branch pools
+    ((2, 3, 11, 13), (3, 3), (1, 1), (1, 1, 1, 1), False, False),
+    ((1, 4, 17, 15), (3, 2), (2, 2), (1, 0, 1, 1), False, True),     # ceil mode: windows past the pads
+    ((1, 3, 9, 9), (5, 5), (3, 3), (2, 2, 2, 2), True, True),
+    ((1, 19, 8, 8), (2, 2), (2, 2), (0, 0, 0, 0), True, False),      # grouped 4x4 planes
+]
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_avg_pool_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
+    from hidet_plugin_ops.cpu_depthwise_conv import CpuAvgPool2d
+
+    x_shape, kernel, stride, pads, include, ceil_mode = case
+    target = _targets(cpu_backend.detect_target())[isa]
+    if isa == "avx2":
+        from hidet_plugin_cpu import build
+
+        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    xs = hf.symbol(x_shape, "float32")
+    y = hf.ops.avg_pool2d(xs, kernel, stride, pads, ceil_mode=ceil_mode, count_include_pad=include)
+    task, attributes = y.producer.task, dict(y.producer.attributes)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    ref = avg_pool64(x, kernel, stride, pads, include, ceil_mode)
+    assert ref.shape == tuple(y.shape)
+    template = CpuAvgPool2d()
+    assert template.applies(task, attributes)
+    for params in template.space(target, 1):
+        compiled = compile_scheduled(task, template.build(task, attributes, params, target), cpu_backend, target)
+        out = np.full(ref.shape, np.nan, np.float32)
+        compiled.run([x], [out])
+        assert not np.isnan(out).any(), f"{params}: an output element was never written"
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert err < 1e-6, f"{case} {isa} {params}: relative error {err:.3g}"
+
+
+def test_compiled_graph_uses_the_pool_template(rng):
+    x = hf.symbol((1, 5, 13, 13), "float32")
+    fn = hf.compile(hf.trace(hf.ops.avg_pool2d(x, 3, 1, 1, count_include_pad=False), [x]), target="cpu", space=0)
+    assert [t.scheduled.source for t in fn.tasks] == ["ops.avg_pool2d_cpu"]
+    a = rng.standard_normal((1, 5, 13, 13)).astype(np.float32)
+    assert np.abs(fn(a) - avg_pool64(a, (3, 3), (1, 1), (1, 1, 1, 1), False, False)).max() < 1e-6
