@@ -1,0 +1,53 @@
+"""infer_type remembers the types of composite nodes: asking for every prefix of a
+long chain (what the simplifier does, bottom-up) infers each node once, and the memo
+never answers for a different node, even one of the same structure."""
+from __future__ import annotations
+
+from hidet_framework.ir import dtypes, type_infer
+from hidet_framework.ir.expr import Var, cast, const
+
+
+def _counting(monkeypatch) -> list:
+    calls = []
+    real = type_infer._infer_composite
+
+    def counted(e):
+        calls.append(e)
+        return real(e)
+
+    monkeypatch.setattr(type_infer, "_infer_composite", counted)
+    monkeypatch.setattr(type_infer, "_MEMO", {})
+    return calls
+
+
+def test_each_node_of_a_chain_is_inferred_once(monkeypatch):
+    calls = _counting(monkeypatch)
+    i = Var("i", dtypes.int32)
+    chain = [i]
+    for k in range(300):  # (((i * 3 + 1) / 7) % 11 ...): a grafted index's shape
+        chain.append(chain[-1] * 3 + k if k % 2 else chain[-1] / 7 % 11)
+    for e in chain:
+        assert type_infer.infer_type(e) is dtypes.int32
+    nodes = len(calls)
+    for e in chain:  # asked again: all from the memo
+        type_infer.infer_type(e)
+    assert len(calls) == nodes <= 2 * 300
+
+
+def test_same_structure_other_types_are_told_apart(monkeypatch):
+    _counting(monkeypatch)
+    a32, a64 = Var("a", dtypes.int32), Var("a", dtypes.int64)
+    e32, e64 = a32 + 1, a64 + 1
+    assert type_infer.infer_type(e32) is dtypes.int32
+    assert type_infer.infer_type(e64) is dtypes.int64
+    assert type_infer.infer_type(cast(e32, dtypes.float16) * const(2.0, dtypes.float16)) is dtypes.float16
+
+
+def test_a_full_memo_is_cleared_not_grown(monkeypatch):
+    _counting(monkeypatch)
+    monkeypatch.setattr(type_infer, "MEMO_LIMIT", 8)
+    x = Var("x", dtypes.int64)
+    exprs = [x * k + 1 for k in range(40)]
+    for e in exprs:
+        assert type_infer.infer_type(e) is dtypes.int64
+    assert len(type_infer._MEMO) <= 8
