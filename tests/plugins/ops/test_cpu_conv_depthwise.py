@@ -210,3 +210,17 @@ def test_compiled_graph_uses_the_pool_template(rng):
     assert [t.scheduled.source for t in fn.tasks] == ["ops.avg_pool2d_cpu"]
     a = rng.standard_normal((1, 5, 13, 13)).astype(np.float32)
     assert np.abs(fn(a) - avg_pool64(a, (3, 3), (1, 1), (1, 1, 1, 1), False, False)).max() < 1e-6
+
+
+def test_a_producer_of_x_is_grafted_onto_the_copy(rng):
+    """x is read by element reads in the tile copy: relu(2x) -> depthwise -> relu is
+    one kernel (a vector read of x would split the group into four launches)."""
+    x = hf.symbol((1, 6, 15, 15), "float32")
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    y = hf.ops.relu(hf.ops.conv2d(hf.ops.relu(x * 2.0), hf.constant(w), None, stride=1, padding=1, groups=6))
+    fn = hf.compile(hf.trace(y, [x]), target="cpu", space=0)
+    assert fn.num_launches == 1
+    assert [t.scheduled.source for t in fn.tasks] == ["ops.conv2d_depthwise_cpu"]
+    a = rng.standard_normal((1, 6, 15, 15)).astype(np.float32)
+    ref = np.maximum(depthwise64(np.maximum(2.0 * a, 0.0), w, None, (1, 1), (1, 1, 1, 1), (1, 1)), 0.0)
+    assert np.abs(fn(a) - ref).max() / np.abs(ref).max() < 1e-5

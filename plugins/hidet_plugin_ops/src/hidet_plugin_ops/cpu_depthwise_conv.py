@@ -29,9 +29,10 @@ vectors across its rows). The positions no output needs (the ``P - OW`` extra co
 of a row at stride 1, every other column at stride 2) are computed and dropped: at
 stride 2 that doubles the FMAs but keeps every load contiguous, which measured faster
 than splitting columns by parity too (a strided copy gcc leaves scalar). The copy
-reads each input row once, sequentially, in whole vectors (the padding is written,
-never read from x; x is read through its address, so a producer is not grafted onto
-it: the fusion engine keeps it a kernel of its own).
+reads each input row once, sequentially, through element reads (the padding is
+written, never read from x), so a producer of x (an injective prologue) is grafted
+onto them: the group stays one kernel (copying rows as whole vectors read x by
+address, which the fusion engine cannot graft onto; it measured no faster).
 
 **Store**: ``y[n, o, r0 + rr, c] = tile[rr * P + c * sw] + bias``: element stores along the
 row (gcc vectorizes them); epilogues (relu6 clip, residual add) graft onto them, and
@@ -158,13 +159,6 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
     # columns of a phase row: [0, lo) padding, [lo, hi) copied from x, [hi, pitch) padding
     lo = min(pitch, left)
     hi = max(lo, min(pitch, left + w))
-    full, rest = divmod(hi - lo, lanes)
-    tail, offset = [], 0                 # (offset, width) pieces of the rest, widest first
-    for width in (8, 4, 2, 1):
-        if width < lanes and rest >= width:
-            tail.append((offset, width))
-            offset, rest = offset + width, rest - width
-    tail_ptrs = [PointerType(vector_type(float32, width)) if width > 1 else None for _, width in tail]
     taps = [((i * dh) % sh, ((i * dh) // sh) * pitch + j * dw) for i in range(kh) for j in range(kw)]
     # Planes per item: a tile is read by unaligned vector loads right after the copy
     # wrote it with other (narrower, shifted) stores, and such a load waits until those
@@ -199,25 +193,10 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
                             if 0 <= ih and ih < h:
                                 for v in range(lo):
                                     ph[at + v] = 0.0
-                                # the row's pixels: whole vectors, then the tail in halving
-                                # vector widths (a 7-wide row: 4 + 2 + 1), not one at a time
-                                for v in range(lo, lo + full * lanes, lanes):
-                                    dst = cast(address_of(ph[at + v]), vec_ptr)
-                                    dst[0] = deref(cast(address_of(x[ni, ci, ih, v - left]), vec_ptr))
-                                for piece in static_range(len(tail)):
-                                    v0 = lo + full * lanes + tail[piece][0]
-                                    src_px = address_of(x[ni, ci, ih, v0 - left])
-                                    if tail[piece][1] == 8:
-                                        d8 = cast(address_of(ph[at + v0]), tail_ptrs[piece])
-                                        d8[0] = deref(cast(src_px, tail_ptrs[piece]))
-                                    elif tail[piece][1] == 4:
-                                        d4 = cast(address_of(ph[at + v0]), tail_ptrs[piece])
-                                        d4[0] = deref(cast(src_px, tail_ptrs[piece]))
-                                    elif tail[piece][1] == 2:
-                                        d2 = cast(address_of(ph[at + v0]), tail_ptrs[piece])
-                                        d2[0] = deref(cast(src_px, tail_ptrs[piece]))
-                                    else:
-                                        ph[at + v0] = x[ni, ci, ih, v0 - left]
+                                # element reads (gcc vectorizes the contiguous loop): a
+                                # producer of x can still be grafted onto them
+                                for v in range(lo, hi):
+                                    ph[at + v] = x[ni, ci, ih, v - left]
                                 for v in range(hi, pitch):
                                     ph[at + v] = 0.0
                             else:
