@@ -59,7 +59,7 @@ from hidet_framework.tuner.template import Template
 __all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space"]
 
 
-MIN_GAP = 512   # floats copied between a tile's copy and its first vector load
+MIN_GAP = 512   # floats of tile copies per item where planes are grouped (see build_depthwise)
 
 
 def is_depthwise(x_shape: tuple, w_shape: tuple, groups: int) -> bool:
@@ -160,12 +160,11 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
     lo = min(pitch, left)
     hi = max(lo, min(pitch, left + w))
     taps = [((i * dh) % sh, ((i * dh) // sh) * pitch + j * dw) for i in range(kh) for j in range(kw)]
-    # Planes per item: a tile is read by unaligned vector loads right after the copy
-    # wrote it with other (narrower, shifted) stores, and such a load waits until those
-    # stores leave the store buffer (no store-to-load forwarding): a 7x7 plane measured
-    # 35 us per 960 planes copied then computed, 3 + 5.5 us for the two parts apart. So
-    # an item copies the tiles of `group` planes first and computes them after, the
-    # copies of the others in between (at least MIN_GAP floats; whole planes only).
+    # Planes per item: small planes are grouped, so the per-item costs (hand-out, index
+    # arithmetic, weights) are shared, and an item copies the tiles of all its planes
+    # before it computes them: a tile's vector loads then come well after the stores
+    # that wrote it (a load that overlaps stores still in the store buffer cannot be
+    # forwarded and waits). 960 planes of 7x7: 41 -> 36 us single-threaded.
     group = 1 if blocks > 1 else max(1, min(o, -(-MIN_GAP // (sh * phase_len))))
     groups = -(-o // group)
     item_map = spatial(n, groups, blocks)
