@@ -3,7 +3,10 @@ knowing the bounds that enclosing statements give:
 
   * ``for i in range(n)``: i in [0, max(n) - 1] (the body only runs when n > i >= 0);
   * ``for i, j in m.on(w)``: each variable in [0, task extent) of the mapping;
-  * ``let x = e``: x in the bounds of e.
+  * ``let x = e``: x in the bounds of e;
+  * ``declare x = e`` of a scalar that nothing writes again (no assignment, no inline
+    assembly output, no address taken): x in the bounds of e, as for a let (scripts
+    declare every local this way: ``tid = threadIdx.x``, ``r = e % d``).
 
 Statements whose condition becomes constant are resolved: an ``if`` keeps one branch,
 an ``assert`` proven true disappears (so bounds checks on provably safe accesses cost
@@ -14,10 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.analysis.bounds import Interval
-from hidet_framework.ir.expr import Constant
+from hidet_framework.ir.expr import Address, Constant, Var
 from hidet_framework.ir.func import Function
+from hidet_framework.ir.functors import collect
+from hidet_framework.ir.dtypes import DataType
 from hidet_framework.simplifier.simplify import Simplifier
-from hidet_framework.ir.stmt import AssertStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt
+from hidet_framework.ir.stmt import (
+    AsmStmt, AssertStmt, AssignStmt, DeclareStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt,
+)
 from hidet_framework.lowering.pass_base import FunctionPass
 
 
@@ -25,7 +32,28 @@ def _empty() -> SeqStmt:
     return SeqStmt(())
 
 
+def written_vars(body: Any) -> set:
+    """Variables that `body` may write after their declaration: assigned, inline
+    assembly outputs, or with their address taken."""
+    out = {s.var for s in collect(body, AssignStmt)}
+    out |= {e for s in collect(body, AsmStmt) for _, e in s.outputs if isinstance(e, Var)}
+    out |= {a.expr for a in collect(body, Address) if isinstance(a.expr, Var)}
+    return out
+
+
 class _SimplifyStmts(Simplifier):
+    def __init__(self, written: set) -> None:
+        super().__init__()
+        self.written = written
+
+    def visit_DeclareStmt(self, s: DeclareStmt) -> Any:
+        init = self.visit(s.init) if s.init is not None else None
+        if init is not None and s.var not in self.written and isinstance(s.var.type, DataType):
+            bound = self.bound(init)
+            if bound.is_bounded():
+                self.bind(s.var, bound)
+        return s if init is s.init else self._rebuild(s, init=init)
+
     def visit_ForStmt(self, s: ForStmt) -> Any:
         extent = self.visit(s.extent)
         if isinstance(extent, Constant) and extent.value <= 0:
@@ -75,4 +103,4 @@ class SimplifyExpr(FunctionPass):
     name = "simplify_expr"
 
     def run_on_function(self, fn: Function, ctx: Any) -> Function:
-        return _SimplifyStmts().visit(fn)
+        return _SimplifyStmts(written_vars(fn.body)).visit(fn)

@@ -33,7 +33,7 @@ from hidet_framework.ir.expr import (
 from hidet_framework.ir.functors import IRRewriter, collect
 from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.simplifier.simplify_div_mod import (
-    div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples,
+    div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples, split_partial_multiples,
 )
 from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
@@ -207,8 +207,10 @@ BINARY_RULES: dict[str, tuple[Rule, ...]] = {
     "sub": (fold_constants, _identity("-", 0), cancel_self, reassociate, negative_constant_flip),
     "mul": (fold_constants, constant_to_right, _identity("*", 1), _absorb(0, 0), reassociate,
             distribute_constant),
-    "div": (fold_constants, _identity("/", 1), div_mod_by_bounds, nested_div_mod, split_multiples),
-    "mod": (fold_constants, _absorb(1, 0), div_mod_by_bounds, nested_div_mod, split_multiples),
+    "div": (fold_constants, _identity("/", 1), div_mod_by_bounds, nested_div_mod, split_multiples,
+            split_partial_multiples),
+    "mod": (fold_constants, _absorb(1, 0), div_mod_by_bounds, nested_div_mod, split_multiples,
+            split_partial_multiples),
     "min": (fold_constants, constant_to_right, cancel_self, min_max_by_bounds),
     "max": (fold_constants, constant_to_right, cancel_self, min_max_by_bounds),
     "lt": (fold_constants, cancel_self), "le": (fold_constants, cancel_self),

@@ -8,8 +8,10 @@ rule tables for ``div`` and ``mod``.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional
 
+from hidet_framework.analysis.bounds import type_range
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import BinaryOp, Expr, const
 from hidet_framework.simplifier.simplify_rules_common import fits, is_const, same_int_type
@@ -72,6 +74,44 @@ def split_multiples(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
         return q_sum if e.op == "div" else r
     if rb.lo >= 0 and s.bound(multiple).lo >= 0:
         return BinaryOp("add", q_sum, BinaryOp("div", r, e.b)) if e.op == "div" else BinaryOp("mod", r, e.b)
+    return None
+
+
+def split_partial_multiples(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
+    """(x*c + y) / (c*k) -> x / k and % (c*k) -> (x % k)*c + y when 0 <= y < c and
+    x*c >= 0: the stride c of an inner axis divides the divisor, as when the index of
+    a reshaped tensor is divided by a coarser axis' stride (GPT-2's head split:
+    ((h*64 + r)*128 + j) / 8192 with j < 128 is (h*64 + r) / 64). c is tried from the
+    sum's own multipliers (their gcd with the divisor); nothing may wrap: every part
+    has finite, non-negative bounds. With q = x = q'k + s (0 <= s < k), x*c + y =
+    q'kc + (sc + y) and 0 <= sc + y <= kc - 1, so the quotient is q' and the rest sc + y."""
+    t = same_int_type(e, e.a, e.b)
+    if not (t and is_const(e.b) and e.b.value > 0):
+        return None
+    d = e.b.value
+    terms = _add_terms(e.a, t)
+    if len(terms) < 2:
+        return None
+    strides = sorted({math.gcd(term.b.value, d) for term in terms
+                      if isinstance(term, BinaryOp) and term.op == "mul" and is_const(term.b) and term.b.value > 0},
+                     reverse=True)
+    for c in strides:
+        if c in (1, d):  # 1: nothing to split; d itself: split_multiples' case
+            continue
+        quotients, rest = [], []
+        for term in terms:
+            q = _exact_quotient(term, c, t)
+            (rest.append(term) if q is None else quotients.append(q))
+        if not quotients or not rest:
+            continue
+        x, y = _sum(quotients), _sum(rest)
+        xb, yb = s.bound(x), s.bound(y)
+        if not (xb.is_bounded() and xb.lo >= 0 and yb.within(0, c - 1) and s.bound(e.a).within(0, type_range(t).hi)):
+            continue
+        k = const(d // c, t)
+        if e.op == "div":
+            return BinaryOp("div", x, k) if s.may_drop(y) else None
+        return BinaryOp("add", BinaryOp("mul", BinaryOp("mod", x, k), const(c, t)), y)
     return None
 
 

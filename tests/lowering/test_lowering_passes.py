@@ -99,6 +99,25 @@ def test_simplify_uses_let_bounds_and_drops_proven_asserts_and_branches():
     assert_structural_equal(run(SimplifyExpr(), (a,), before), expect((a,), after))
 
 
+def test_simplify_bounds_a_variable_declared_once():
+    # scripts declare every local (``r = i % 4``): one never written again bounds like a let
+    a, i, r = var("a", F32_6x8), var("i"), var("r")
+    before = ForStmt(i, 6, seq(DeclareStmt(r, i % 4), BufferStoreStmt(a, (i, r // 4 + r), 1.0)))
+    after = ForStmt(i, 6, seq(DeclareStmt(r, i % 4), BufferStoreStmt(a, (i, r), 1.0)))
+    assert_structural_equal(run(SimplifyExpr(), (a,), before), expect((a,), after))
+
+
+@pytest.mark.parametrize("write", ["assign", "address"])
+def test_simplify_leaves_a_declared_variable_that_is_written_again_unbounded(write):
+    from hidet_framework.ir import AssignStmt
+
+    a, i, r = var("a", F32_6x8), var("i"), var("r")
+    again = AssignStmt(r, r + 8) if write == "assign" else EvaluateStmt(Call("touch", (Address(r),), "int32"))
+    body = ForStmt(i, 6, seq(DeclareStmt(r, i % 4), again, BufferStoreStmt(a, (i, r // 4 + r), 1.0)))
+    store = run(SimplifyExpr(), (a,), body).body.body.stmts[2]
+    assert "/" in str(store.indices[1]), store  # r may be 8..11 here: r / 4 stays
+
+
 # ------------------------------------------------------------ unroll_loops
 
 def test_full_unroll_with_fresh_declarations():

@@ -31,7 +31,7 @@ CASES = [
     (j // 4, const(0)), (j % 4, j),
     ((n // 4) // 8, n // 32),
     ((n % 16) % 4, n % 4),
-    ((i * 8 + j * 2 + 1) // 4, i * 2 + (j * 2 + 1) // 4),
+    ((i * 8 + j * 2 + 1) // 4, i * 2 + j // 2),  # (2j + 1) / 4 == j / 2: the stride 2 divides 4
     (i < 16, const(True)), (i < 15, i < 15), (i >= 0, const(True)), (i < n, i < n),
     (minimum(j, 4), j), (maximum(j, 4), const(4)), (maximum(j, k + 4), k + 4),
     (logical_and(True, i < n), i < n), (logical_and(i < n, False), const(False)),

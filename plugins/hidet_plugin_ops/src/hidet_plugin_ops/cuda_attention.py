@@ -195,7 +195,7 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
                 r = e % d if k_order == "d" else e / CHUNK
                 jj = e / d if k_order == "d" else e % CHUNK
                 if c0 * CHUNK + jj < n:
-                    ks[r, jj] = ka.load(kx, b, r, c0 * CHUNK + jj, ct)
+                    ks[r, jj] = ka.load(kx, b, r, minimum(c0 * CHUNK + jj, n - 1), ct)
                 else:
                     ks[r, jj] = zero
             syncthreads()
@@ -230,7 +230,7 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
             syncthreads()  # the probabilities (first chunk) or the previous chunk's readers of vs
             for e in range(tid, CHUNK * dv, threads):
                 if c0 * CHUNK + e / dv < n:
-                    vs[e / dv, e % dv] = va.load(vx, b, c0 * CHUNK + e / dv, e % dv, ct)
+                    vs[e / dv, e % dv] = va.load(vx, b, minimum(c0 * CHUNK + e / dv, n - 1), e % dv, ct)
                 else:
                     vs[e / dv, e % dv] = zero
             syncthreads()
