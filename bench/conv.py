@@ -1,6 +1,6 @@
 """ResNet-50's convolution shapes: ours against onnxruntime (cpu) or cuDNN (cuda).
 
-    python bench/conv.py --target cpu [--batch 1,8] [--only 3x3,1x1] [--rounds 9] [--threads 2]
+    python bench/conv.py --target cpu [--batch 1,8] [--only 3x3,1x1] [--rounds 9] [--threads 2] [--set depthwise]
     python bench/conv.py --target cuda [--batch 1,8] [--dtypes float16,float32] [--repeat 50]
 
 Every shape is one conv2d with constant weights and bias (as in a model), compiled
@@ -94,6 +94,13 @@ SHAPES = [
 ]
 
 
+# MobileNet-V2's depthwise 3x3 convolutions (cpu only: `--set depthwise`), each distinct
+# shape once; the 7th field is groups (= channels)
+DEPTHWISE = [(f"dw3x3{'s2' if s == 2 else ''}_{c}_{size}", c, c, size, 3, s, c)
+             for c, size, s in ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2),
+                                (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1))]
+
+
 SPIN_CYCLES = 200_000   # torch.cuda._sleep: about 100 us on an H200
 
 
@@ -102,17 +109,21 @@ def out_size(size: int, kernel: int, stride: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
 
 
-def make_weights(rng, cin, cout, kernel):
+def make_weights(rng, cin, cout, kernel, groups=1):
+    cin //= groups
     w = (rng.standard_normal((cout, cin, kernel, kernel)) / np.sqrt(cin * kernel * kernel)).astype(np.float32)
     b = rng.standard_normal(cout).astype(np.float32)
     return w, b
 
 
-def reference64(x, w, b, stride, pad):
-    """float64 convolution: zero-pad, windows, one tensordot."""
+def reference64(x, w, b, stride, pad, groups=1):
+    """float64 convolution: zero-pad, windows, one tensordot (depthwise: per channel)."""
     x64 = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     kernel = w.shape[2]
     win = np.lib.stride_tricks.sliding_window_view(x64, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
+    if groups > 1:   # depthwise (one channel per group)
+        y = np.einsum("nchwij,cij->nchw", win, w[:, 0].astype(np.float64))
+        return y + b.astype(np.float64)[None, :, None, None]
     y = np.tensordot(win, w.astype(np.float64), axes=([1, 4, 5], [1, 2, 3]))   # [N, OH, OW, O]
     return y.transpose(0, 3, 1, 2) + b.astype(np.float64)[None, :, None, None]
 
@@ -146,10 +157,10 @@ def machine_line() -> str:
             f"{waiting} | load average {load}")
 
 
-def our_graph(shape, w, b, stride, pad, dtype="float32"):
+def our_graph(shape, w, b, stride, pad, dtype="float32", groups=1):
     import hidet_framework as hf
     x = hf.symbol(shape, dtype)
-    y = hf.ops.conv2d(x, hf.constant(w), hf.constant(b), stride=stride, padding=pad)
+    y = hf.ops.conv2d(x, hf.constant(w), hf.constant(b), stride=stride, padding=pad, groups=groups)
     return hf.trace(y, inputs=[x])
 
 
@@ -164,7 +175,7 @@ def templates_used(fn) -> str:
 
 # ------------------------------------------------------------------ cpu
 
-def ort_conv(x_shape, w, b, stride, pad, threads):
+def ort_conv(x_shape, w, b, stride, pad, threads, groups=1):
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
@@ -172,7 +183,7 @@ def ort_conv(x_shape, w, b, stride, pad, threads):
     o = out_size(x_shape[2], kernel, stride)
     f32 = onnx.TensorProto.FLOAT
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride, stride], pads=[pad] * 4,
-                            kernel_shape=[kernel, kernel])
+                            kernel_shape=[kernel, kernel], group=groups)
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", f32, x_shape)],
                               [helper.make_tensor_value_info("y", f32, (x_shape[0], w.shape[0], o, o))],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
@@ -188,15 +199,16 @@ def ort_conv(x_shape, w, b, stride, pad, threads):
 
 def bench_cpu_shape(spec, batch, args, rng) -> dict:
     import hidet_framework as hf
-    name, cin, cout, size, kernel, stride = spec
+    name, cin, cout, size, kernel, stride = spec[:6]
+    groups = spec[6] if len(spec) > 6 else 1
     pad = kernel // 2
-    w, b = make_weights(rng, cin, cout, kernel)
+    w, b = make_weights(rng, cin, cout, kernel, groups)
     x = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
     started = time.perf_counter()
-    fn = hf.compile(our_graph(x.shape, w, b, stride, pad), target="cpu", space=args.space)
+    fn = hf.compile(our_graph(x.shape, w, b, stride, pad, groups=groups), target="cpu", space=args.space)
     compile_s = time.perf_counter() - started
-    peer = ort_conv(x.shape, w, b, stride, pad, THREADS)
-    ref = reference64(x, w, b, stride, pad)
+    peer = ort_conv(x.shape, w, b, stride, pad, THREADS, groups)
+    ref = reference64(x, w, b, stride, pad, groups)
     err_ours, err_peer = rel_error(fn(x), ref), rel_error(peer(x), ref)   # also the warm-up
     times = {"ours": [], "ort": []}
     for _ in range(args.rounds):
@@ -205,7 +217,7 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
             impl(x)
             times[key].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin * kernel * kernel
+    flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin // groups * kernel * kernel
     return {"shape": name, "batch": batch, "ours_ms": med["ours"] * 1e3, "ort_ms": med["ort"] * 1e3,
             "ratio": med["ort"] / med["ours"], "ratio_min": min(times["ort"]) / min(times["ours"]),
             "ours_gflops": flops / med["ours"] / 1e9,
@@ -282,7 +294,7 @@ def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
             events[key].append((s, e))
         torch.cuda.synchronize()
     med = {k: statistics.median(s.elapsed_time(e) for s, e in v) / 1e3 for k, v in events.items()}
-    flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin * kernel * kernel
+    flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin // groups * kernel * kernel
     return {"shape": name, "batch": batch, "dtype": dtype, "ours_us": med["ours"] * 1e6,
             "cudnn_us": med["cudnn"] * 1e6, "ratio": med["cudnn"] / med["ours"],
             "ours_tflops": flops / med["ours"] / 1e12, "err_ours": err_ours, "err_cudnn": err_peer,
@@ -341,10 +353,13 @@ def main() -> None:
                         "(the libraries' defaults); read before numpy loads")
     parser.add_argument("--dtypes", default="float16,float32", help="cuda: comma-separated dtypes")
     parser.add_argument("--out", default="", help="write the rows as JSON to this file")
+    parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise"],
+                        help="cpu: ResNet-50's shapes or MobileNet-V2's depthwise 3x3 ones")
     args = parser.parse_args()
     args.batch = [int(v) for v in args.batch.split(",") if v]
     args.dtypes = [v for v in args.dtypes.split(",") if v]
-    shapes = [s for s in SHAPES if not args.only or any(p in s[0] for p in args.only.split(","))]
+    pool = DEPTHWISE if args.set == "depthwise" and args.target == "cpu" else SHAPES
+    shapes = [s for s in pool if not args.only or any(p in s[0] for p in args.only.split(","))]
     rows = run_cpu(args, shapes) if args.target == "cpu" else run_cuda(args, shapes)
     if args.out:
         with open(args.out, "w") as f:

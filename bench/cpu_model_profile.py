@@ -1,6 +1,7 @@
 """Where a model's time goes on the CPU: ours vs onnxruntime, and our top tasks.
 
     python bench/cpu_model_profile.py --models bert_base_s128,gpt2_s128 [--threads 2] [--repeat 7] [--top 10]
+    python bench/cpu_model_profile.py --models mobilenet_v2 --threads 1 --clock cpu --in-sequence
 
 For each model of ``../shared/models`` (weights refilled by
 ``../shared/tools/materialize_onnx.py``, as bench/models.py does): compile at space 0,
@@ -10,6 +11,13 @@ of the other side), then time every bound launch alone (median of ``--repeat``) 
 print the top tasks by total time: the template (``source``), the kernel, its
 operand shapes, milliseconds per call and share of the sum. The header names the ISA
 and the load average: on a shared machine only the ratios mean anything.
+
+``--clock cpu`` (with ``--threads 1`` only: both sides then run on the calling
+thread) times with the thread's CPU clock, which does not count the time the thread
+waits for a core: on a loaded machine the only figure that stays put. ``--in-sequence``
+times each launch inside whole passes over the launch list (caches as a real call
+leaves them: the previous kernel's output in L2, this kernel's output buffer cold)
+instead of each launch repeated alone (everything hot).
 """
 from __future__ import annotations
 
@@ -49,12 +57,12 @@ def materialize(shared: str, name: str, folder: str) -> str:
     return out
 
 
-def timed(fn, gap_s: float) -> float:
+def timed(fn, gap_s: float, clock=time.perf_counter) -> float:
     if gap_s:
         time.sleep(gap_s)
-    t = time.perf_counter()
+    t = clock()
     fn()
-    return time.perf_counter() - t
+    return clock() - t
 
 
 def bound_launches(fn, arrays) -> list[tuple]:
@@ -74,18 +82,29 @@ def bound_launches(fn, arrays) -> list[tuple]:
     return launches
 
 
-def profile(fn, arrays, repeat: int) -> list[tuple]:
+def profile(fn, arrays, repeat: int, clock=time.perf_counter, in_sequence: bool = False) -> list[tuple]:
     """(median s, launch index, kernel name, argument shapes) per bound launch."""
-    rows = []
-    for k, (f, args) in enumerate(bound_launches(fn, arrays)):
-        f(*args)
-        ts = []
-        for _ in range(repeat):
-            t = time.perf_counter()
+    launches = bound_launches(fn, arrays)
+    times: list = [[] for _ in launches]
+    if in_sequence:
+        for f, args in launches:   # warm-up pass
             f(*args)
-            ts.append(time.perf_counter() - t)
+        for _ in range(repeat):
+            for k, (f, args) in enumerate(launches):
+                t = clock()
+                f(*args)
+                times[k].append(clock() - t)
+    else:
+        for k, (f, args) in enumerate(launches):
+            f(*args)
+            for _ in range(repeat):
+                t = clock()
+                f(*args)
+                times[k].append(clock() - t)
+    rows = []
+    for k, (f, args) in enumerate(launches):
         shapes = [tuple(a.shape) for a in args if hasattr(a, "shape")]
-        rows.append((statistics.median(ts), k, getattr(f, "__name__", "?"), shapes))
+        rows.append((statistics.median(times[k]), k, getattr(f, "__name__", "?"), shapes))
     return rows
 
 
@@ -107,7 +126,14 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--gap-ms", type=float, default=50.0)
     parser.add_argument("--space", type=int, default=0)
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                        help="cpu: the calling thread's CPU time (needs --threads 1)")
+    parser.add_argument("--in-sequence", action="store_true",
+                        help="time each launch inside passes over all launches, not repeated alone")
     args = parser.parse_args()
+    if args.clock == "cpu" and args.threads != 1:
+        parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     import onnxruntime as ort
 
     import hidet_framework as hf
@@ -132,13 +158,13 @@ def main() -> int:
                       for o, r in zip(ours, ref))
             ours_t, ort_t = [], []
             for _ in range(args.repeat):
-                ours_t.append(timed(lambda: fn(*arrays), args.gap_ms / 1e3))
-                ort_t.append(timed(lambda: session.run(None, feed), args.gap_ms / 1e3))
+                ours_t.append(timed(lambda: fn(*arrays), args.gap_ms / 1e3, clock))
+                ort_t.append(timed(lambda: session.run(None, feed), args.gap_ms / 1e3, clock))
             o_ms, r_ms = statistics.median(ours_t) * 1e3, statistics.median(ort_t) * 1e3
-            print(f"\n## {name}: ours {o_ms:.2f} ms, onnxruntime {r_ms:.2f} ms, ratio {r_ms / o_ms:.2f}x "
+            print(f"\n## {name} ({args.clock} clock): ours {o_ms:.2f} ms, onnxruntime {r_ms:.2f} ms, ratio {r_ms / o_ms:.2f}x "
                   f"(max rel err {err:.1e}, {fn.num_launches} launches, compile {compile_s:.1f} s, "
                   f"load average {os.getloadavg()[0]:.1f})")
-            rows = profile(fn, arrays, args.repeat)
+            rows = profile(fn, arrays, args.repeat, clock, args.in_sequence)
             sources = kernel_sources(fn)
             total = sum(r[0] for r in rows)
             by_kernel: dict = {}
@@ -148,7 +174,8 @@ def main() -> int:
                 entry = by_kernel.setdefault(key, [0.0, 0])
                 entry[0] += t
                 entry[1] += 1
-            print(f"sum of launches alone {total * 1e3:.2f} ms; top {args.top} by total time:\n")
+            how = "in sequence" if args.in_sequence else "alone"
+            print(f"sum of launches timed {how} {total * 1e3:.2f} ms; top {args.top} by total time:\n")
             print("| # | template | kernel | operand shapes | calls | ms | share |")
             print("|---|---|---|---|---|---|---|")
             ranked = sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:args.top]

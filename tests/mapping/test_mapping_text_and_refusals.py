@@ -122,7 +122,7 @@ def test_lowering_binds_a_compound_worker_once_and_unrolls_by_default():
 
     w, i = var("w"), var("i")
     text = format_ir(repeat(3).lower(w + 1, [i], EvaluateStmt(i)))
-    assert text.splitlines()[0] == "let worker = (w + 1)" and "for i_0 in range(3):  # unroll" in text
+    assert text.splitlines()[0] == "let worker = (w + 1)" and "    for i_0 in range(3):  # unroll" in text.splitlines()
     text = format_ir(repeat(2).spatial(4).lower(w, [i], EvaluateStmt(i)))
     assert text.splitlines()[0] == "if (w < 4):" and "let worker" not in text
     with pytest.raises(ValueError, match=r"^spatial\(4, 2\) needs 2 loop variables, got \(i,\)$"):

@@ -114,7 +114,7 @@ class CCodegen(CStyleCodegen):
 
     def generate(self, module: IRModule) -> str:
         self.outliner = Outliner(self)
-        return self.outliner.place(super().generate(module))
+        return vector_math.place_own_functions(self.outliner.place(super().generate(module)))
 
     # ------------------------------------------------------------- module level
     def entry_kinds(self) -> tuple[str, ...]:
@@ -124,7 +124,7 @@ class CCodegen(CStyleCodegen):
         names = {"HIDET_EXPORT", "hidet_bf16_to_f32", "hidet_f32_to_bf16", "hidet_f16_from_bits",
                  "hidet_assert_fail", "omp_get_thread_num", "omp_get_num_threads", "INFINITY", "NAN"}
         names |= {f"hidet_{op}_{t}" for op in ("min", "max") for t in _MINMAX_TYPES}
-        names |= set(DISPATCH_NAMES)
+        names |= set(DISPATCH_NAMES) | set(vector_math.OWN_FUNCTIONS)
         for t in dtypes.SCALAR_TYPES:  # every vector typedef a module might need
             names |= {f"{t.name}x{n}{u}" for n in _VECTOR_LANES for u in ("", "_u")}
         return names

@@ -49,10 +49,11 @@ def register_passes(register) -> None:
 def register_templates(register) -> None:
     # depthwise conv2d has its own CPU schedule (the matmul rewrite leaves it alone)
     from .cpu_attention import CpuAttention
-    from .cpu_depthwise_conv import CpuDepthwiseConv2d
+    from .cpu_depthwise_conv import CpuAvgPool2d, CpuDepthwiseConv2d
     from .cuda_attention import CudaAttention  # imports the CUDA plugin's primitives only when it builds
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
+    register(CpuAvgPool2d.name, CpuAvgPool2d())   # avg_pool2d: the same kernel, weights 1
     register(CpuAttention.name, CpuAttention())
     register(CudaAttention.name, CudaAttention())
     # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)
