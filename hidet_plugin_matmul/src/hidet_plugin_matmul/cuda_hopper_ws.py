@@ -38,6 +38,7 @@ from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
@@ -157,7 +158,6 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     consumer_warps = 4 * consumers  # lane 0 of each consumer warp releases a stage
     dt = DTypeAnnotation(data_type(dtype))
     sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
-    b_leading, b_stride = BK * 64 * 2, 8 * 64 * 2  # as cuda_wgmma: next 64 columns, next 8 rows of K
     m_whole, n_whole = m % bm == 0 and grid_m % cl == 0, n % bn == 0
     a_box = (1,) * (len(ops.a_shape) - 2) + (bm, BK)
     b_box = (1,) * (len(ops.b_shape) - 2) + (BK, 64)
@@ -192,14 +192,7 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         return hw.cluster_sync() if cl > 1 else seq_of([])
 
     def multiply(acc, sa, sb, s, group):
-        out = []
-        for kk in range(BK // 16):
-            b_op = hw.wgmma_operand(sb[s * b_size + sb_layout.offset(kk * 16, 0)], b_leading, b_stride)
-            for mi in range(m_tiles):
-                row0 = (group * m_tiles + mi) * 64
-                a_op = hw.wgmma_operand(sa[s * a_size + row0 * BK + kk * 16], 16, 8 * BK * 2)
-                out.append(hw.wgmma_mma_async(acc[mi, :], a_op, b_op, bn, dtype, trans_b=True))
-        return seq_of(out)
+        return wgmma_k_steps(acc, sa, s * a_size, sb, s * b_size, group, m_tiles, bn, dtype, sb_layout)
 
     def acc_list(acc):
         return [acc[mi, j] for mi in range(m_tiles) for j in range(bn // 2)]

@@ -61,6 +61,18 @@ def ceil_div(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+def unravel(idx: Any, shape: tuple) -> tuple:
+    """The coordinates of flat row-major index `idx` in `shape` (the first axis is not
+    reduced modulo its extent: an index past the end stays past it)."""
+    coords = []
+    rem = idx
+    for d, extent in enumerate(reversed(shape)):
+        last = d == len(shape) - 1
+        coords.insert(0, rem if last else rem % extent)
+        rem = rem // extent
+    return tuple(coords)
+
+
 def target_int(target: Any, key: str, default: int) -> int:
     """A target property as an int (the offline H200 default when a key is missing)."""
     value = target.get(key) if hasattr(target, "get") else None

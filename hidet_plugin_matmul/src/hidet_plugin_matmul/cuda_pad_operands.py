@@ -8,7 +8,7 @@ from typing import Any
 from hidet_framework.lang import attrs, script, static_range
 
 from hidet_plugin_matmul.cuda_ir_builders import both, guarded_copy
-from hidet_plugin_matmul.cuda_matmul_common import ceil_div
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, unravel
 from hidet_plugin_matmul.operators import MatmulOperands
 
 
@@ -37,21 +37,12 @@ def build_pad_kernel(ops: MatmulOperands, dt: Any, name: str, per_thread: int = 
     blocks_a, blocks_b = ceil_div(total_a, per_block), ceil_div(total_b, per_block)
     n, k = ops.n, ops.k
 
-    def split(idx, shape):
-        coords = []
-        rem = idx
-        for d, extent in enumerate(reversed(shape)):
-            last = d == len(shape) - 1
-            coords.insert(0, rem if last else rem % extent)
-            rem = rem // extent
-        return tuple(coords)
-
     def copy_a(a, ap, idx):
-        c = split(idx, ap_shape)
+        c = unravel(idx, ap_shape)
         return guarded_copy(ap[c], a[c], c[-1] < k)
 
     def copy_b(b, bp, idx):
-        c = split(idx, bp_shape)
+        c = unravel(idx, bp_shape)
         return guarded_copy(bp[c], b[c], both(c[-2] < k, c[-1] < n))
 
     @script

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from hidet_framework.lang import attrs, script, static_range
 
-from hidet_plugin_matmul.cuda_matmul_common import ceil_div
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, unravel
 from hidet_plugin_matmul.operators import MatmulOperands
 
 PER_THREAD = 4
@@ -35,16 +35,6 @@ def _prod(shape: tuple) -> int:
     for x in shape:
         out *= x
     return out
-
-
-def _coords(idx: Any, shape: tuple) -> tuple:
-    coords = []
-    rem = idx
-    for d, extent in enumerate(reversed(shape)):
-        last = d == len(shape) - 1
-        coords.insert(0, rem if last else rem % extent)
-        rem = rem // extent
-    return tuple(coords)
 
 
 def build_stage_kernel(ops: MatmulOperands, dt: Any, name: str, stage_a: bool, stage_b: bool):
@@ -68,13 +58,13 @@ def build_stage_kernel(ops: MatmulOperands, dt: Any, name: str, stage_a: bool, s
             for v in static_range(PER_THREAD):
                 ia = cu.blockIdx.x * per_block + v * 256 + cu.threadIdx.x
                 if ia < total_a:
-                    ca = _coords(ia, ops.a_shape)
+                    ca = unravel(ia, ops.a_shape)
                     sa[ca] = a[ca]
         else:
             for v in static_range(PER_THREAD):
                 ib = (cu.blockIdx.x - blocks_a) * per_block + v * 256 + cu.threadIdx.x
                 if ib < total_b:
-                    cb = _coords(ib, ops.b_shape)
+                    cb = unravel(ib, ops.b_shape)
                     sb[cb] = b[cb]
 
     return stage_operands
