@@ -47,21 +47,11 @@ import sys
 import time
 
 
-def _set_threads(argv: list[str]) -> tuple[int, bool]:
-    threads, spin = 2, "--spin" in argv
-    for k, arg in enumerate(argv):
-        if arg == "--threads" and k + 1 < len(argv):
-            threads = int(argv[k + 1])
-        elif arg.startswith("--threads="):
-            threads = int(arg.split("=", 1)[1])
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    if not spin:   # read by libgomp when the first kernel library loads
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-    return threads, spin
+from thread_env import threads_from_argv  # noqa: E402  (bench/ is the script's folder)
 
-
-THREADS, SPIN = _set_threads(sys.argv)
+THREADS, SPIN = threads_from_argv(sys.argv), "--spin" in sys.argv
+if not SPIN:  # read by libgomp when the first kernel library loads
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402  (after the thread variables)
 

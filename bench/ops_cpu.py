@@ -33,17 +33,9 @@ import sys
 import time
 
 
-def _set_threads(argv: list[str]) -> int:
-    threads = 2
-    for k, arg in enumerate(argv):
-        if arg == "--threads" and k + 1 < len(argv):
-            threads = int(argv[k + 1])
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    return threads
+from thread_env import threads_from_argv  # noqa: E402  (bench/ is the script's folder)
 
-
-THREADS = _set_threads(sys.argv)
+THREADS = threads_from_argv(sys.argv)
 
 import numpy as np  # noqa: E402  (after the thread variables)
 
