@@ -4,6 +4,7 @@ what the tuner chose among, with every build or run failure printed, not hidden.
 
     python bench/matmul_sweep.py --space 1 --dtypes float32,float16,bfloat16 --out OUT
     python bench/matmul_sweep.py --templates matmul.cuda_gemv --shapes 1x4096x11008
+    python bench/matmul_sweep.py --templates matmul.cuda_hopper_ws --params '[{}, {"epilogue": 0}]'
 
 Each candidate's time is its kernel time by CUDA graph replay (`matmul.cuda_graph_timed`:
 no host launch cost, which for 10-50 us kernels is as large as the kernel); the fastest
@@ -42,7 +43,8 @@ def sweep(shape_text: str, dtype: str, args) -> dict:
     task, attrs = matmul_task(a_shape, b_shape, dtype)
     names = args.templates.split(",")
     cands = [Candidate(t, p) for t in plugin_host().templates.templates_for("matmul", "cuda")
-             if t.name in names and t.applies(task, attrs) for p in t.space(ct.target, args.space)]
+             if t.name in names and t.applies(task, attrs)
+             for p in (json.loads(args.params) if args.params else t.space(ct.target, args.space))]
     started = time.perf_counter()
     request = TuneRequest(task, attrs, "matmul", ct.target, [], args.space, ct.build, lambda *_: [],
                           build_scheduled)
@@ -101,6 +103,8 @@ def main() -> None:
     parser.add_argument("--space", type=int, default=1, choices=(0, 1, 2))
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--params", default=None,
+                        help="a JSON list of parameter dicts to time instead of the space (one template)")
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):

@@ -30,27 +30,31 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
+from hidet_framework.ir.type_infer import cast_if_needed
 from hidet_framework.lang import attrs, f32, register_tensor, script, script_module, shared_tensor, static_range, u64
 from hidet_framework.lang.annotations import DTypeAnnotation
 from hidet_framework.mapping.layout import row_major, swizzle
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
-from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, seq_of
+from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, select, seq_of, store
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
-DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1}
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1}
+EPI_PITCH = 72  # halves per row of a warp's 16 x 64 staging chunk (64 + 8: conflict-free both ways)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
 
 
 def ws_config(params: Mapping[str, Any]) -> dict:
     c, mt, bn = params["consumers"], params["m_tiles"], params["block_n"]
     bm = 64 * c * mt
-    return {"bm": bm, "bn": bn, "threads": 128 * (c + 1), "acc": mt * bn // 2,
-            "smem": params["stages"] * (bm + bn) * BK * 2}
+    ring = params["stages"] * (bm + bn) * BK * 2
+    staging = 4 * c * 16 * EPI_PITCH * 2 if params.get("epilogue", 0) and params.get("split", 1) == 1 else 0
+    return {"bm": bm, "bn": bn, "threads": 128 * (c + 1), "acc": mt * bn // 2, "ring": ring,
+            "smem": ring + staging}
 
 
 def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
@@ -58,7 +62,8 @@ def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
     # 1 KiB kept for the static shared memory (the mbarriers)
     return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
             and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2)
-            and params["consumers"] in (1, 2))  # 3: ptxas wants >= 154 registers under a 128 cap
+            and params["consumers"] in (1, 2) and params.get("split", 1) >= 1
+            and (params.get("split", 1) == 1 or params.get("cluster", 1) == 1))  # 3: ptxas wants >= 154 registers under a 128 cap
 
 
 def ws_space(target: Any, level: int) -> list[dict]:
@@ -80,12 +85,19 @@ def ws_space(target: Any, level: int) -> list[dict]:
     if level >= 1:
         smem = target_int(target, "smem_per_block_optin", 227 * 1024)
         for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
-            most = (smem - 1024) // ((64 * c * mt + bn) * BK * 2)
+            staging = ws_config(dict(DEFAULT, consumers=c, m_tiles=mt, block_n=bn, stages=0))["smem"]
+            most = (smem - 1024 - staging) // ((64 * c * mt + bn) * BK * 2)
             top = min(most, 8)
             counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
             for stages in sorted(counts):
                 for raster in ((0, 8) if stages == top else (0,)):
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
+                if c == 2 and mt == 1 and bn <= 128 and stages == top:
+                    # few rows: K slices over the multiprocessors the N tiles leave idle (+ a reduce launch)
+                    for split in ((2, 4) if level == 1 else (2, 3, 4, 8)):
+                        add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
+                if level >= 2 and stages == top:  # the accumulators straight from the wgmma fragments
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "epilogue": 0})
                 if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
                     # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
                     # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
@@ -131,11 +143,29 @@ class CudaHopperWsMatmul(Template):
             raise ValueError(f"{self.name}: {p} does not fit (registers, shared memory or the 256-row box)")
         name = (f"matmul_hopper_ws_{dtype}_{ops.key()}_c{p['consumers']}x{p['m_tiles']}_n{p['block_n']}"
                 f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}"
-                f"{'_cl%d' % p['cluster'] if p['cluster'] > 1 else ''}")
+                f"{'_cl%d' % p['cluster'] if p['cluster'] > 1 else ''}{'_e0' if not p['epilogue'] else ''}"
+                f"{'_sk%d' % p['split'] if p['split'] > 1 else ''}")
         sms = target_int(target, "sm_count", 132)
-        module = script_module(build_ws_kernel(ops, dtype, p, name, sms), name=name)
-        launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)))
-        return ScheduledTask(module, (launch,), (), source=self.name, params=p)
+        splits = ws_splits(ops.k, p["split"])
+        kernel = build_ws_kernel(ops, dtype, p, name, sms)
+        a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if splits == 1:
+            return ScheduledTask(script_module(kernel, name=name), (Launch(name, (a, b, c)),), (),
+                                 source=self.name, params=p)
+        from hidet_plugin_matmul.cuda_tensor_core_kernel import build_split_reduce
+
+        module = script_module(kernel, build_split_reduce(ops, DTypeAnnotation(data_type(dtype)), splits,
+                                                          name + "_reduce"), name=name)
+        ws = BufferRef("workspace", 0)
+        workspace = (WorkspaceSpec("matmul_split_k_partials", "float32", (splits, ops.batch, ops.m, ops.n)),)
+        launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
+        return ScheduledTask(module, launches, workspace, source=self.name, params=p)
+
+
+def ws_splits(k: int, split: int) -> int:
+    """K slices actually made of `split` asked (every slice gets at least one k-tile)."""
+    k_tiles = max(1, ceil_div(k, BK))
+    return ceil_div(k_tiles, ceil_div(k_tiles, split))
 
 
 def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str, sms: int):
@@ -152,19 +182,34 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     unit_m = ceil_div(grid_m, cl)
     per_batch = grid_n * unit_m
     units = per_batch * batch
-    grid = min(units, sms // cl) * cl
+    splits = ws_splits(k, params.get("split", 1))
+    tps = ceil_div(k_tiles, splits)  # k-tiles of a slice (the last may have fewer)
+    grid = min(units * splits, sms // cl) * cl
+    staged = params.get("epilogue", 0) and splits == 1
+    c_shape = (splits, batch, m, n) if splits > 1 else ops.c_shape
     a_size, b_size = bm * BK, BK * bn
     stage_bytes = (a_size + b_size) * 2
     consumer_warps = 4 * consumers  # lane 0 of each consumer warp releases a stage
     dt = DTypeAnnotation(data_type(dtype))
+    dt_ir = data_type(dtype)
+    c_dt = f32 if splits > 1 else dt
     sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
     m_whole, n_whole = m % bm == 0 and grid_m % cl == 0, n % bn == 0
     a_box = (1,) * (len(ops.a_shape) - 2) + (bm, BK)
     b_box = (1,) * (len(ops.b_shape) - 2) + (BK, 64)
     set_regs = consumers == 2
 
-    def tile_coords(t, rank):
-        return ws_tile(t, rank, grid_n, unit_m, batch, raster, cl)
+    def tile_coords(u, rank):
+        """(slice, batch, M tile, N tile, first k-tile, k-tiles) of work unit u."""
+        t = u % units if splits > 1 else u
+        sk = u // units if splits > 1 else 0
+        bz, m_tile, n_tile = ws_tile(t, rank, grid_n, unit_m, batch, raster, cl)
+        if splits == 1:
+            return sk, bz, m_tile, n_tile, 0, k_tiles
+        from hidet_framework.ir.expr import equal
+
+        last = k_tiles - (splits - 1) * tps
+        return sk, bz, m_tile, n_tile, sk * tps, tps if last == tps else select(equal(sk, splits - 1), last, tps)
 
     def coords(index):  # TMA coordinates are innermost first
         return tuple(reversed(index))
@@ -200,17 +245,57 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     def role_registers(producer: bool):
         return hw.setmaxnreg(PRODUCER_REGS if producer else CONSUMER_REGS, not producer) if set_regs else seq_of([])
 
+    def store_tile(c, sc, acc, sk, bz, m_tile, n_tile, group, warp, lane):
+        """The fp32 accumulators to C by guarded tensor-element stores (graftable).
+        Direct (epilogue 0): from the wgmma fragment, so a warp's store touches 8 rows.
+        Staged (1): each warp passes its 16 rows through its own 16 x 64 chunk of shared
+        memory (only __syncwarp between), then a warp's store is 32 consecutive columns."""
+        from hidet_framework.ir.stmt import EvaluateStmt
+
+        out = []
+        for mi in range(m_tiles):
+            row0 = m_tile * bm + (group * m_tiles + mi) * 64 + warp * 16
+            if not staged:
+                for j in range(bn // 8):
+                    for e in range(4):
+                        row = row0 + lane // 4 + e // 2 * 8
+                        col = n_tile * bn + j * 8 + lane % 4 * 2 + e % 2
+                        out.append(guarded_store(c, sk, bz, row, col, acc[mi, j * 4 + e]))
+                continue
+            buf = (group * 4 + warp) * 16 * EPI_PITCH
+            for chunk in range(bn // 64):
+                out.append(EvaluateStmt(cu.syncwarp()))  # the warp's reads of the last chunk are done
+                for j in range(8):
+                    for e in range(4):
+                        at = buf + (lane // 4 + e // 2 * 8) * EPI_PITCH + j * 8 + lane % 4 * 2 + e % 2
+                        out.append(store(sc[at], cast_if_needed(acc[mi, (chunk * 8 + j) * 4 + e], dt_ir)))
+                out.append(EvaluateStmt(cu.syncwarp()))
+                for r in range(16):
+                    for h in range(2):
+                        col = n_tile * bn + chunk * 64 + h * 32 + lane
+                        out.append(guarded_store(c, sk, bz, row0 + r, col, sc[buf + r * EPI_PITCH + h * 32 + lane]))
+        return seq_of(out)
+
+    def guarded_store(c, sk, bz, row, col, value):
+        from hidet_framework.ir.stmt import IfStmt
+
+        index = (sk, bz, row, col) if splits > 1 else ops.c_index(bz, row, col)
+        st = store(c[index], cast_if_needed(value, data_type("float32") if splits > 1 else dt_ir))
+        cond = guard([(m_whole, row < m), (n_whole, col < n)])
+        return st if cond is True or cond is None else IfStmt(cond, st)
+
     @script
-    def matmul_hopper_ws(a: dt[ops.a_shape], b: dt[ops.b_shape], c: dt[ops.c_shape]):
+    def matmul_hopper_ws(a: dt[ops.a_shape], b: dt[ops.b_shape], c: c_dt[c_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
         attrs.cuda.grid_dim = grid
         attrs.cuda.block_dim = threads
         attrs.cuda.min_blocks = 1
         attrs.cuda.cluster_size = cl
-        attrs.cuda.dynamic_smem_bytes = stages * stage_bytes
+        attrs.cuda.dynamic_smem_bytes = cfg["smem"]
         sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
         sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
+        sc = cu.dynamic_shared_tensor(dt, [max(1, consumer_warps * 16 * EPI_PITCH)], cfg["ring"])
         bars = shared_tensor(u64, [2 * stages])  # full[s], then empty[s]
         tid = cu.threadIdx.x
         if tid == 0:
@@ -228,9 +313,10 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 a_map = hw.tensor_map_param(a, a_box)
                 b_map = hw.tensor_map_param(b, b_box)
                 it = 0
-                for t in range(cu.blockIdx.x // cl, units, grid // cl):
-                    bz, m_tile, n_tile = tile_coords(t, rank)
-                    for kt in range(k_tiles):
+                for t in range(cu.blockIdx.x // cl, units * splits, grid // cl):
+                    sk, bz, m_tile, n_tile, kt0, kn = tile_coords(t, rank)
+                    for kk in range(kn):
+                        kt = kt0 + kk
                         s = it % stages
                         hw.mbarrier_wait(bars[stages + s], ((it // stages) & 1) ^ 1)
                         load_stage(sa, sb, bars, a_map, b_map, s, kt, bz, m_tile, n_tile, rank)
@@ -244,10 +330,10 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             lane = tid % 32
             warp = tid % 128 // 32
             it = 0
-            for t in range(cu.blockIdx.x // cl, units, grid // cl):
-                bz, m_tile, n_tile = tile_coords(t, rank)
+            for t in range(cu.blockIdx.x // cl, units * splits, grid // cl):
+                sk, bz, m_tile, n_tile, kt0, kn = tile_coords(t, rank)
                 hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
-                for kt in range(k_tiles):
+                for kt in range(kn):
                     s = it % stages
                     hw.mbarrier_wait(bars[s], (it // stages) & 1)
                     hw.wgmma_fence()
@@ -261,13 +347,7 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                 if lane == 0:
                     release(bars[stages + (it + stages - 1) % stages])
                 hw.wgmma_pin_registers(acc_list(acc), cfg["acc"])
-                for mi in static_range(m_tiles):
-                    for j in static_range(bn // 8):
-                        for e in static_range(4):
-                            row = m_tile * bm + (group * m_tiles + mi) * 64 + warp * 16 + lane // 4 + e // 2 * 8
-                            col = n_tile * bn + j * 8 + lane % 4 * 2 + e % 2
-                            if guard([(m_whole, row < m), (n_whole, col < n)]):
-                                c[ops.c_index(bz, row, col)] = acc[mi, j * 4 + e]
+                store_tile(c, sc, acc, sk, bz, m_tile, n_tile, group, warp, lane)
                 for mi in static_range(m_tiles):
                     for j in static_range(bn // 2):
                         acc[mi, j] = 0.0

@@ -297,7 +297,7 @@ def test_default_matches_float64_reference(hopper, matmul_error, shapes, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("index", range(1, 12))
+@pytest.mark.parametrize("index", range(1, 17))
 def test_space1_candidates_match_float64_reference(hopper, matmul_error, index):
     t = CudaHopperWsMatmul()
     space = t.space(hopper[1], 1)
@@ -320,6 +320,20 @@ def test_cluster_candidates_match_float64_reference(hopper, matmul_error, shapes
         for bn in (256, 128):
             params = dict(t.space(hopper[1], 0)[0], cluster=2, block_n=bn)
             assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("extra", [{"split": 3, "block_n": 128, "stages": 6}, {"split": 8, "block_n": 64, "stages": 8},
+                                   {"epilogue": 0}, {"m_tiles": 2, "block_n": 128}], ids=str)
+def test_split_k_and_epilogues_match_float64_reference(hopper, matmul_error, extra):
+    """K slices (the last one shorter: 1000 = 16 k-tiles in 3 slices of 6, 6, 4) with
+    the reduce launch, the direct epilogue, and the staged one with two M tiles a warp."""
+    t = CudaHopperWsMatmul()
+    rng = np.random.default_rng()
+    params = dict(t.space(hopper[1], 0)[0], **extra)
+    for shapes in (((127, 1000), (1000, 264)), ((3, 61, 520), (1, 520, 136)), ((1, 24), (24, 8))):
+        for dtype in ("float16", "bfloat16"):
+            assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, shapes, dtype)
 
 
 @pytest.mark.cuda
