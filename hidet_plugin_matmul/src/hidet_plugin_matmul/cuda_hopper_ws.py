@@ -43,7 +43,7 @@ from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
-DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1}
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1, "persistent": 1}
 EPI_PITCH = 72  # halves per row of a warp's 16 x 64 staging chunk (64 + 8: conflict-free both ways)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
 
@@ -102,6 +102,9 @@ def ws_space(target: Any, level: int) -> list[dict]:
                     # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
                     # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2,
+                         "persistent": 0})
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "persistent": 0})
     return out
 
 
@@ -144,7 +147,7 @@ class CudaHopperWsMatmul(Template):
         name = (f"matmul_hopper_ws_{dtype}_{ops.key()}_c{p['consumers']}x{p['m_tiles']}_n{p['block_n']}"
                 f"_s{p['stages']}{'_r%d' % p['raster'] if p['raster'] else ''}"
                 f"{'_cl%d' % p['cluster'] if p['cluster'] > 1 else ''}{'_e0' if not p['epilogue'] else ''}"
-                f"{'_sk%d' % p['split'] if p['split'] > 1 else ''}")
+                f"{'_sk%d' % p['split'] if p['split'] > 1 else ''}{'_np' if not p['persistent'] else ''}")
         sms = target_int(target, "sm_count", 132)
         splits = ws_splits(ops.k, p["split"])
         kernel = build_ws_kernel(ops, dtype, p, name, sms)
@@ -184,7 +187,9 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     units = per_batch * batch
     splits = ws_splits(k, params.get("split", 1))
     tps = ceil_div(k_tiles, splits)  # k-tiles of a slice (the last may have fewer)
-    grid = min(units * splits, sms // cl) * cl
+    # persistent: one block a multiprocessor (a cluster's blocks must all fit at once, and
+    # the hardware may co-schedule fewer clusters than sms / cl); else one block a unit
+    grid = (min(units * splits, sms // cl) if params.get("persistent", 1) else units * splits) * cl
     staged = params.get("epilogue", 0) and splits == 1
     c_shape = (splits, batch, m, n) if splits > 1 else ops.c_shape
     a_size, b_size = bm * BK, BK * bn
@@ -266,9 +271,10 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             for chunk in range(bn // 64):
                 out.append(EvaluateStmt(cu.syncwarp()))  # the warp's reads of the last chunk are done
                 for j in range(8):
-                    for e in range(4):
-                        at = buf + (lane // 4 + e // 2 * 8) * EPI_PITCH + j * 8 + lane % 4 * 2 + e % 2
-                        out.append(store(sc[at], cast_if_needed(acc[mi, (chunk * 8 + j) * 4 + e], dt_ir)))
+                    for e in (0, 2):  # columns 2q and 2q + 1 of rows lane/4 and lane/4 + 8: one word
+                        at = buf + (lane // 4 + e // 2 * 8) * EPI_PITCH + j * 8 + lane % 4 * 2
+                        v = (chunk * 8 + j) * 4 + e
+                        out.append(hw.st_shared_pair(sc[at], acc[mi, v], acc[mi, v + 1], dtype))
                 out.append(EvaluateStmt(cu.syncwarp()))
                 for r in range(16):
                     for h in range(2):

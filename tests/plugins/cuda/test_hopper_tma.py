@@ -188,3 +188,43 @@ def test_warp_specialised_kernel_runs(cuda_backend):
     want = np.arange(256, dtype=np.int32)
     want[128:] *= 2
     assert np.array_equal(cuda_backend.device.to_numpy(out), want)
+
+
+def pair_store_kernel(dtype: str):
+    dt = DTypeAnnotation(data_type(dtype))
+
+    @script
+    def pair_store(x: DTypeAnnotation(data_type("float32"))[64], out: dt[64]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.cuda.grid_dim = 1
+        attrs.cuda.block_dim = 32
+        s = shared_tensor(dt, [64])
+        tid = threadIdx.x
+        hw.st_shared_pair(s[tid * 2], x[tid * 2], x[tid * 2 + 1], dtype)
+        syncthreads()
+        out[tid] = s[tid]
+        out[tid + 32] = s[tid + 32]
+
+    return pair_store
+
+
+def test_shared_pair_store_source_and_refusals():
+    for dtype, kind in (("float16", "f16x2"), ("bfloat16", "bf16x2")):
+        source = generate(lower(script_module(pair_store_kernel(dtype))))
+        assert f"cvt.rn.{kind}.f32 hf_pair, %2, %1;" in source and "st.shared.b32 [%0], hf_pair;" in source
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        hw.st_shared_pair(None, 0.0, 1.0, "float32")
+
+
+@pytest.mark.cuda
+def test_shared_pair_store_rounds_and_orders_the_pair(cuda_backend, rng):
+    """The lower address holds the first value (a swapped cvt operand order would swap
+    every pair); values rounded to nearest as numpy's float16 conversion."""
+    target = cuda_backend.detect_target()
+    lowered = lower(script_module(pair_store_kernel("float16"), name="pair"))
+    mod = cuda_backend.load(cuda_backend.build(generate(lowered, target), target, name="pair"), lowered)
+    x = (rng.standard_normal(64) * 100).astype(np.float32)
+    xd, out = cuda_backend.device.from_numpy(x), cuda_backend.device.empty((64,), "float16")
+    out.fill_bytes(0xFF)
+    mod["pair_store"](xd, out)
+    assert np.array_equal(cuda_backend.device.to_numpy(out), x.astype(np.float16))

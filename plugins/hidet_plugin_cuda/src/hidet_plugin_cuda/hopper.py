@@ -124,6 +124,21 @@ def fence_proxy_async() -> AsmStmt:
     return AsmStmt("fence.proxy.async.shared::cta;", (), (), True, ("memory",))
 
 
+def st_shared_pair(dst: Any, lo: Any, hi: Any, dtype: str) -> AsmStmt:
+    """Two fp32 values rounded to a 16-bit `dtype` pair (``cvt.rn.{f16|bf16}x2.f32``)
+    and stored as one 32-bit word at `dst` (a shared tensor element, 4-byte aligned):
+    `lo` at the lower address. Half the instructions of two element stores."""
+    from .lang import cvta_to_shared
+
+    kind = {"float16": "f16x2", "bfloat16": "bf16x2"}.get(str(dtype))
+    if kind is None:
+        raise ValueError(f"st_shared_pair: float16 or bfloat16, got {dtype!r}")
+    template = ("{\n.reg .b32 hf_pair;\n"
+                f"cvt.rn.{kind}.f32 hf_pair, %2, %1;\n"
+                "st.shared.b32 [%0], hf_pair;\n}")
+    return AsmStmt(template, (), (("r", cvta_to_shared(dst)), ("f", lo), ("f", hi)), True, ("memory",))
+
+
 # ------------------------------------------------------- mbarriers and TMA (sm_90)
 # An mbarrier is a 64-bit word in shared memory (declare ``shared_tensor(u64, [n])``)
 # that counts arrivals and, for the bulk tensor copies, transaction bytes; a phase
