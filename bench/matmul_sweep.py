@@ -78,7 +78,7 @@ def sweep(shape_text: str, dtype: str, args) -> dict:
     results.sort(key=lambda r: r["graph_s"])
     for e in errors[:3]:
         print(f"  {shape_text} {dtype}: {e}", file=sys.stderr)
-    for r in results[:4]:
+    for r in results[:None if args.params else 4]:  # explicit candidates: every one
         print(f"  {shape_text} {dtype}: {r['graph_s'] * 1e6:8.1f} us  x{peer_graph / r['graph_s']:.2f}  "
               f"{r['template']} {r['params']}", file=sys.stderr, flush=True)
     if not results:
