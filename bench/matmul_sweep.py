@@ -42,9 +42,15 @@ def sweep(shape_text: str, dtype: str, args) -> dict:
     a_shape, b_shape = operand_shapes(batch, m, n, k)
     task, attrs = matmul_task(a_shape, b_shape, dtype)
     names = args.templates.split(",")
+    chosen = json.loads(args.params) if args.params else None  # a list, or {template: list}
+
+    def params_of(t):
+        if chosen is None:
+            return t.space(ct.target, args.space)
+        return chosen.get(t.name, []) if isinstance(chosen, dict) else chosen
+
     cands = [Candidate(t, p) for t in plugin_host().templates.templates_for("matmul", "cuda")
-             if t.name in names and t.applies(task, attrs)
-             for p in (json.loads(args.params) if args.params else t.space(ct.target, args.space))]
+             if t.name in names and t.applies(task, attrs) for p in params_of(t)]
     started = time.perf_counter()
     request = TuneRequest(task, attrs, "matmul", ct.target, [], args.space, ct.build, lambda *_: [],
                           build_scheduled)
@@ -104,7 +110,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--out", default=None)
     parser.add_argument("--params", default=None,
-                        help="a JSON list of parameter dicts to time instead of the space (one template)")
+                        help="JSON: a list of parameter dicts to time instead of the space, or "
+                             "{template name: list}")
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):
