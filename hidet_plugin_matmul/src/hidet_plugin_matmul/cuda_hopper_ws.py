@@ -27,6 +27,7 @@ it, 232 for the consumers) under ``__launch_bounds__(384, 1)``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
@@ -39,74 +40,12 @@ from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, select, seq_of, store
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
+from hidet_plugin_matmul.cuda_defaults import Gemm, Gpu, is_auto, modelled_seconds, resolve
+from hidet_plugin_matmul.cuda_hopper_ws_space import (BK, DEFAULT, EPI_PITCH, PRODUCER_REGS, CONSUMER_REGS,  # noqa: F401
+                                                       ws_auto, ws_config, ws_kernel, ws_legal, ws_space, ws_splits)
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
-
-BK = 64  # one 128-byte swizzle row of 16-bit elements
-DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1, "persistent": 1}
-EPI_PITCH = 72  # halves per row of a warp's 16 x 64 staging chunk (64 + 8: conflict-free both ways)
-PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
-
-
-def ws_config(params: Mapping[str, Any]) -> dict:
-    c, mt, bn = params["consumers"], params["m_tiles"], params["block_n"]
-    bm = 64 * c * mt
-    ring = params["stages"] * (bm + bn) * BK * 2
-    staging = 4 * c * 16 * EPI_PITCH * 2 if params.get("epilogue", 0) and params.get("split", 1) == 1 else 0
-    return {"bm": bm, "bn": bn, "threads": 128 * (c + 1), "acc": mt * bn // 2, "ring": ring,
-            "smem": ring + staging}
-
-
-def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
-    cfg = ws_config(params)
-    # 1 KiB kept for the static shared memory (the mbarriers)
-    return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
-            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2)
-            and params["consumers"] in (1, 2) and params.get("split", 1) >= 1
-            and (params.get("split", 1) == 1 or params.get("cluster", 1) == 1))  # 3: ptxas wants >= 154 registers under a 128 cap
-
-
-def ws_space(target: Any, level: int) -> list[dict]:
-    """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
-    many stages as shared memory holds (at most 8) and fewer, raster on or off with the
-    most stages, at level 2 two-block clusters too; empty on anything but sm_90."""
-    if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
-        return []
-    out = [DEFAULT]
-
-    def add(p: dict) -> None:
-        p = dict(DEFAULT, **p)
-        if p not in out and ws_legal(p, target):
-            out.append(p)
-
-    # (2, 1, 64): few rows (M <= 128) get N / 64 tiles, enough blocks to stream B at full rate
-    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (2, 1, 64), (1, 2, 256), (1, 2, 128), (2, 1, 192),
-              (1, 1, 256), (1, 2, 64)]
-    if level >= 1:
-        smem = target_int(target, "smem_per_block_optin", 227 * 1024)
-        for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
-            staging = ws_config(dict(DEFAULT, consumers=c, m_tiles=mt, block_n=bn, stages=0))["smem"]
-            most = (smem - 1024 - staging) // ((64 * c * mt + bn) * BK * 2)
-            top = min(most, 8)
-            counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
-            for stages in sorted(counts):
-                for raster in ((0, 8) if stages == top else (0,)):
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
-                if c == 2 and mt == 1 and bn <= 128 and stages == top:
-                    # few rows: K slices over the multiprocessors the N tiles leave idle (+ a reduce launch)
-                    for split in ((2, 4) if level == 1 else (2, 3, 4, 8)):
-                        add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
-                if level >= 2 and stages == top:  # the accumulators straight from the wgmma fragments
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "epilogue": 0})
-                if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
-                    # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
-                    # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2,
-                         "persistent": 0})
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "persistent": 0})
-    return out
-
 
 def ws_tile(t: Any, rank: Any, grid_n: int, unit_m: int, batch: int, raster: int, cl: int) -> tuple:
     """(batch, M tile, N tile) of work unit `t` (IR or int) for the block of rank `rank`
@@ -135,9 +74,20 @@ class CudaHopperWsMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return ws_space(target, level)
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (``auto``: of the candidate it resolves to)."""
+        ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        if prologue_inputs(attributes):  # the TMA reads A and B, not the IR's loads: no prologue graft
+            return math.inf
+        if is_auto(params):
+            return ws_auto(ops.m, ops.n, ops.k, ops.batch, elem, target)[1]
+        gpu = Gpu.from_target(target)
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem), ws_kernel(params, ops.k), gpu)
+
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
+        params = resolve(params, lambda: ws_auto(ops.m, ops.n, ops.k, ops.batch, data_type(dtype).nbytes, target)[0])
         p = dict(DEFAULT, **params)
         if ops.k % 8 or ops.n % 8:
             raise ValueError(f"{self.name}: rows of A and B must be 16-byte aligned (K, N multiples of 8), "
@@ -163,12 +113,6 @@ class CudaHopperWsMatmul(Template):
         workspace = (WorkspaceSpec("matmul_split_k_partials", "float32", (splits, ops.batch, ops.m, ops.n)),)
         launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))
         return ScheduledTask(module, launches, workspace, source=self.name, params=p)
-
-
-def ws_splits(k: int, split: int) -> int:
-    """K slices actually made of `split` asked (every slice gets at least one k-tile)."""
-    k_tiles = max(1, ceil_div(k, BK))
-    return ceil_div(k_tiles, ceil_div(k_tiles, split))
 
 
 def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str, sms: int):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from hidet_framework.backend.contract import Target
-from hidet_plugin_matmul.cuda_hopper_ws import CudaHopperWsMatmul, ws_config
+from hidet_plugin_matmul.cuda_hopper_ws import DEFAULT, CudaHopperWsMatmul, ws_config
 from hidet_plugin_matmul.operators import matmul_task
 
 
@@ -38,7 +38,7 @@ def _lowered(shapes, dtype="float16", params=None, target=None):
 
     t, target = CudaHopperWsMatmul(), target or _target()
     task, attrs = matmul_task(*shapes, dtype)
-    scheduled = t.build(task, attrs, params or t.space(target, 0)[0], target)
+    scheduled = t.build(task, attrs, params or DEFAULT, target)
     return scheduled, lower(scheduled.module, "cuda")
 
 
@@ -48,15 +48,18 @@ def test_space_is_hopper_only_bounded_and_fits_the_hardware():
     assert t.space(_target("sm_80"), 2) == [] and t.space(_target("sm_100"), 1) == []
     s0, s1, s2 = (t.space(_target(), level) for level in (0, 1, 2))
     assert len(s0) == 1 and 1 < len(s1) <= 30 and len(s1) <= len(s2) <= 200
-    assert s0[0] == s1[0] == s2[0]
+    assert s0 == [{"auto": 1}] and s0[0] == s1[0] == s2[0] and s1[1] == s2[1] == DEFAULT
     assert len({tuple(sorted(p.items())) for p in s2}) == len(s2)
+    s1, s2 = s1[1:], s2[1:]  # the fixed candidates
     for p in s2:
         cfg = ws_config(p)
         assert cfg["acc"] <= 128 and cfg["bm"] <= 256 and cfg["smem"] + 1024 <= 227 * 1024, p
     assert {p["cluster"] for p in s1} == {1} and {p["cluster"] for p in s2} == {1, 2}
     small = _target(smem_per_block_optin=100 * 1024)
-    assert all(ws_config(p)["smem"] <= 100 * 1024 for p in t.space(small, 2)[1:])
-    assert max(p["stages"] for p in t.space(small, 2)[1:]) < max(p["stages"] for p in s2)
+    assert all(ws_config(p)["smem"] <= 100 * 1024 for p in t.space(small, 2)[2:])
+    assert max(p["stages"] for p in t.space(small, 2)[2:]) < max(p["stages"] for p in s2)
+    assert {p["split"] for p in s1} == {1, 2, 4} and {p["persistent"] for p in s2} == {0, 1}
+    assert {p["epilogue"] for p in s1} == {1} and {p["epilogue"] for p in s2} == {0, 1}
 
 
 def test_applies_to_half_types_with_aligned_rows_only():
@@ -106,7 +109,7 @@ def test_signature_appends_grid_constant_maps_and_the_spec_lists_them_last():
     assert [p.kind for p in spec.params] == ["tensor"] * 3 + ["tensormap"] * 2
     assert spec.params[3].tensor_map == (0, 128, (128, 64)) and spec.params[3].shape == (131, 200)
     assert spec.params[4].tensor_map == (1, 128, (64, 64)) and spec.params[4].shape == (200, 264)
-    assert tuple(spec.grid)[0] == min(2 * 2, 132)
+    assert tuple(spec.grid)[0] == min(2 * 2, 132)  # 128 x 256 tiles
     # a saved model writes the parameters as JSON lists (runtime/saved_graph._kernel_json)
     from hidet_plugin_cuda.kernel import ParamSpec
 
@@ -123,7 +126,7 @@ def test_signature_appends_grid_constant_maps_and_the_spec_lists_them_last():
 def test_cluster_candidates_multicast_b_and_release_stages_in_both_blocks():
     from hidet_plugin_cuda.codegen import generate, kernel_specs
 
-    params = dict(CudaHopperWsMatmul().space(_target(), 0)[0], cluster=2)
+    params = dict(DEFAULT, cluster=2)
     _, lowered = _lowered(((300, 200), (200, 264)), params=params)
     source = generate(lowered)
     for text in ("__cluster_dims__(2, 1, 1)", ".multicast::cluster [%0], [%1, {%2, %3}], [%4], hf_mask;",
@@ -226,7 +229,7 @@ def _compile_jobs():
     task, attrs = matmul_task((130, 200), (200, 264), "float16")
     jobs += [(task, attrs, p) for p in t.space(target, 2)]
     task, attrs = matmul_task((3, 61, 200), (1, 200, 136), "bfloat16")
-    jobs += [(task, attrs, t.space(target, 1)[1]), (task, attrs, dict(t.space(target, 0)[0], cluster=2))]
+    jobs += [(task, attrs, t.space(target, 1)[1]), (task, attrs, dict(DEFAULT, cluster=2)), (task, attrs, t.space(target, 0)[0])]
     return t, target, jobs
 
 
@@ -319,7 +322,7 @@ def test_cluster_candidates_match_float64_reference(hopper, matmul_error, shapes
     rng = np.random.default_rng()
     for dtype in ("float16", "bfloat16"):
         for bn in (256, 128):
-            params = dict(t.space(hopper[1], 0)[0], cluster=2, block_n=bn)
+            params = dict(DEFAULT, cluster=2, block_n=bn)
             assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, dtype)
 
 
@@ -331,7 +334,7 @@ def test_split_k_and_epilogues_match_float64_reference(hopper, matmul_error, ext
     the reduce launch, the direct epilogue, and the staged one with two M tiles a warp."""
     t = CudaHopperWsMatmul()
     rng = np.random.default_rng()
-    params = dict(t.space(hopper[1], 0)[0], **extra)
+    params = dict(DEFAULT, **extra)
     for shapes in (((127, 1000), (1000, 264)), ((3, 61, 520), (1, 520, 136)), ((1, 24), (24, 8))):
         for dtype in ("float16", "bfloat16"):
             assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, shapes, dtype)

@@ -1,0 +1,115 @@
+"""The candidate space and the cost-model description of `matmul.cuda_hopper_ws`
+(cuda_hopper_ws.py): parameters, what fits the hardware, the level-0 choice.
+
+Parameters: ``consumers`` warpgroups of ``m_tiles`` 64-row wgmma tiles each (BM = 64 *
+consumers * m_tiles) by ``block_n`` columns, a ring of ``stages`` shared buffers,
+``raster`` (tile order), ``cluster`` (2: pairs of blocks along M share B by TMA
+multicast), ``epilogue`` (1: through per-warp shared chunks, coalesced stores; 0:
+straight from the wgmma fragments), ``split`` (K slices + a reduce launch),
+``persistent`` (1: at most one block a multiprocessor walks the tiles; 0: a block a
+tile). Level 0 is ``{"auto": 1}``: the level-2 candidate the model of `cuda_defaults`
+prices cheapest for the task's shape.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_plugin_matmul.cuda_defaults import AUTO, EPILOGUE_CLK, Gemm, Kernel, choose, is_auto, tile_efficiency
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int
+
+BK = 64  # one 128-byte swizzle row of 16-bit elements
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1, "persistent": 1}
+EPI_PITCH = 72  # halves per row of a warp's 16 x 64 staging chunk (64 + 8: conflict-free both ways)
+PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
+
+
+def ws_config(params: Mapping[str, Any]) -> dict:
+    c, mt, bn = params["consumers"], params["m_tiles"], params["block_n"]
+    bm = 64 * c * mt
+    ring = params["stages"] * (bm + bn) * BK * 2
+    staging = 4 * c * 16 * EPI_PITCH * 2 if params.get("epilogue", 0) and params.get("split", 1) == 1 else 0
+    return {"bm": bm, "bn": bn, "threads": 128 * (c + 1), "acc": mt * bn // 2, "ring": ring,
+            "smem": ring + staging}
+
+
+def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
+    cfg = ws_config(params)
+    # 1 KiB kept for the static shared memory (the mbarriers)
+    return (cfg["smem"] + 1024 <= target_int(target, "smem_per_block_optin", 227 * 1024) and cfg["acc"] <= 128
+            and cfg["bm"] <= 256 and params["stages"] >= 2 and params.get("cluster", 1) in (1, 2)
+            and params["consumers"] in (1, 2) and params.get("split", 1) >= 1
+            and (params.get("split", 1) == 1 or params.get("cluster", 1) == 1))  # 3: ptxas wants >= 154 registers under a 128 cap
+
+
+def ws_space(target: Any, level: int) -> list[dict]:
+    """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
+    many stages as shared memory holds (at most 8) and fewer, raster on or off with the
+    most stages, at level 2 two-block clusters too; empty on anything but sm_90."""
+    if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
+        return []
+    if level == 0:
+        return [dict(AUTO)]
+    out = [dict(AUTO), DEFAULT]
+
+    def add(p: dict) -> None:
+        p = dict(DEFAULT, **p)
+        if p not in out and ws_legal(p, target):
+            out.append(p)
+
+    # (2, 1, 64): few rows (M <= 128) get N / 64 tiles, enough blocks to stream B at full rate
+    shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (2, 1, 64), (1, 2, 256), (1, 2, 128), (2, 1, 192),
+              (1, 1, 256), (1, 2, 64)]
+    if level >= 1:
+        smem = target_int(target, "smem_per_block_optin", 227 * 1024)
+        for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
+            staging = ws_config(dict(DEFAULT, consumers=c, m_tiles=mt, block_n=bn, stages=0))["smem"]
+            most = (smem - 1024 - staging) // ((64 * c * mt + bn) * BK * 2)
+            top = min(most, 8)
+            counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
+            for stages in sorted(counts):
+                for raster in ((0, 8) if stages == top else (0,)):
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
+                if c == 2 and mt == 1 and bn <= 128 and stages == top:
+                    # few rows: K slices over the multiprocessors the N tiles leave idle (+ a reduce launch)
+                    for split in ((2, 4) if level == 1 else (2, 3, 4, 8)):
+                        add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
+                if level >= 2 and stages == top:  # the accumulators straight from the wgmma fragments
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "epilogue": 0})
+                if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
+                    # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
+                    # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2,
+                         "persistent": 0})
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "persistent": 0})
+    return out
+
+
+def ws_splits(k: int, split: int) -> int:
+    """K slices actually made of `split` asked (every slice gets at least one k-tile)."""
+    k_tiles = max(1, ceil_div(k, BK))
+    return ceil_div(k_tiles, ceil_div(k_tiles, split))
+
+
+# The model's view (cuda_defaults): the rate reached at a saturating tile, and what the
+# staged epilogue costs an output element against the direct stores' EPILOGUE_CLK.
+WS_RATE = 0.85
+STAGED_EPILOGUE_CLK = 0.25
+REGS_BESIDE_ACC = 40
+
+
+def ws_kernel(params: Mapping[str, Any], k: int) -> Kernel:
+    """A candidate as the cost model sees it (K decides how many slices `split` makes)."""
+    p = dict(DEFAULT, **params)
+    cfg = ws_config(p)
+    staged = p["epilogue"] and p["split"] == 1
+    return Kernel(cfg["bm"], cfg["bn"], BK, cfg["threads"], cfg["smem"], cfg["acc"] + REGS_BESIDE_ACC, p["stages"],
+                  split=ws_splits(k, p["split"]), rate=WS_RATE * tile_efficiency(64, cfg["bn"], 8),
+                  epilogue_clk=STAGED_EPILOGUE_CLK if staged else EPILOGUE_CLK)
+
+
+def ws_auto(m: int, n: int, k: int, batch: int, elem: int, target: Any) -> tuple[dict, float]:
+    """The level-0 candidate's parameters for this shape and their modelled seconds
+    (clusters left out: the model does not know the multicast's saving)."""
+    space = [p for p in ws_space(target, 2) if not is_auto(p) and p["cluster"] == 1]
+    return choose(space, lambda p: ws_kernel(p, k), Gemm(m, n, k, batch, elem), target)
