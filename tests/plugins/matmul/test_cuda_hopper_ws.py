@@ -335,9 +335,9 @@ def test_split_k_and_epilogues_match_float64_reference(hopper, matmul_error, ext
     t = CudaHopperWsMatmul()
     rng = np.random.default_rng()
     params = dict(DEFAULT, **extra)
-    for shapes in (((127, 1000), (1000, 264)), ((3, 61, 520), (1, 520, 136)), ((1, 24), (24, 8))):
-        for dtype in ("float16", "bfloat16"):
-            assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, shapes, dtype)
+    for shapes, dtype in ((((127, 1000), (1000, 264)), "bfloat16"), (((3, 61, 520), (1, 520, 136)), "float16"),
+                          (((1, 24), (24, 8)), "bfloat16")):
+        assert matmul_error(hopper, t, params, *shapes, dtype, rng) < 1e-2, (params, shapes, dtype)
 
 
 @pytest.mark.cuda
