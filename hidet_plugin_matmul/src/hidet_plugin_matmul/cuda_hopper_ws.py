@@ -134,7 +134,9 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     # persistent: one block a multiprocessor (a cluster's blocks must all fit at once, and
     # the hardware may co-schedule fewer clusters than sms / cl); else one block a unit
     grid = (min(units * splits, sms // cl) if params.get("persistent", 1) else units * splits) * cl
-    staged = params.get("epilogue", 0) and splits == 1
+    # as ws_config sizes shared memory: by the asked split (a K too short for it still
+    # gets the direct epilogue, there being no staging chunks)
+    staged = cfg["smem"] > cfg["ring"]
     c_shape = (splits, batch, m, n) if splits > 1 else ops.c_shape
     a_size, b_size = bm * BK, BK * bn
     stage_bytes = (a_size + b_size) * 2

@@ -140,6 +140,22 @@ def test_cluster_candidates_multicast_b_and_release_stages_in_both_blocks():
     assert "__cluster_dims__" not in plain and "multicast" not in plain and "mapa" not in plain
 
 
+def test_staged_epilogue_only_with_its_shared_memory():
+    """The staging chunks lie past the ring: a kernel may write them only when its
+    dynamic shared memory includes them (a split asked for but collapsed to one slice,
+    K = 24, once wrote past the allocation: an illegal address on the H200)."""
+    from hidet_plugin_cuda.codegen import generate
+
+    for shapes in (((127, 24), (24, 264)), ((127, 1000), (1000, 264))):
+        for extra in ({}, {"split": 8}, {"epilogue": 0}):
+            params = dict(DEFAULT, **extra)
+            scheduled, lowered = _lowered(shapes, params=params)
+            cfg = ws_config(params)
+            assert ("hf_pair" in generate(lowered)) == (cfg["smem"] > cfg["ring"]), (shapes, extra)
+            kernel = scheduled.module.functions[scheduled.launches[0].function]
+            assert kernel.attrs["dynamic_smem_bytes"] == cfg["smem"]
+
+
 def test_sources_without_tensor_maps_are_unchanged():
     from hidet_plugin_cuda.codegen import generate
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
