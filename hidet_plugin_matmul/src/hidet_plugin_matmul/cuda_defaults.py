@@ -112,6 +112,7 @@ class Kernel:
     extra_launches: int = 0  # besides the kernel and its split-K reduce
     extra_bytes: int = 0  # what the extra launches move
     epilogue_clk: float = EPILOGUE_CLK  # SM clocks an output element (a cheaper store path sets less)
+    fill_s: float = FILL_S  # a round's ramp-up (a kernel whose loads run ahead across tiles sets less)
 
 
 def occupancy(kernel: Kernel, gpu: Gpu) -> int:
@@ -148,7 +149,7 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     issue = conc * (kernel.bm + kernel.bn) * kernel.bk / REG_LOADS_PER_CLK * clk if kernel.register_staged else 0.0
     step = max(compute, bandwidth, latency, issue, STEP_FLOOR_CLK * clk)
     stores = conc * kernel.bm * kernel.bn * (kernel.epilogue_clk if kernel.split == 1 else PARTIAL_CLK) * clk
-    sm_time = rounds * (FILL_S + k_steps * step + stores)
+    sm_time = rounds * (kernel.fill_s + k_steps * step + stores)
     dram = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem * g.batch / gpu.dram_bytes_per_s
     seconds = KERNEL_S + max(sm_time, dram) + kernel.extra_launches * (KERNEL_S + LAUNCH_GAP_S)
     seconds += kernel.extra_bytes / gpu.dram_bytes_per_s

@@ -18,7 +18,8 @@ from hidet_plugin_matmul.cuda_defaults import AUTO, EPILOGUE_CLK, Gemm, Kernel, 
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
-DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 0, "cluster": 1, "epilogue": 1, "split": 1, "persistent": 1}
+DEFAULT = {"consumers": 2, "m_tiles": 1, "block_n": 256, "stages": 4, "raster": 8, "cluster": 1, "epilogue": 1,
+           "split": 1, "persistent": 1}
 EPI_PITCH = 72  # halves per row of a warp's 16 x 64 staging chunk (64 + 8: conflict-free both ways)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # with two consumers: 128 * 40 + 256 * 232 <= 65536
 
@@ -44,7 +45,10 @@ def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
 def ws_space(target: Any, level: int) -> list[dict]:
     """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
     many stages as shared memory holds (at most 8) and fewer, raster on or off with the
-    most stages, at level 2 two-block clusters too; empty on anything but sm_90."""
+    most stages, split-K for the narrow tiles, at level 2 the direct epilogue too; empty
+    on anything but sm_90. Not in the space (measured slower on the H200, W1 of session
+    6, perf_notes): two-block clusters (x0.6 at 4096^3, persistent or not) and the
+    non-persistent grid (-1.5%); both stay buildable by asking for them."""
     if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
         return []
     if level == 0:
@@ -75,13 +79,6 @@ def ws_space(target: Any, level: int) -> list[dict]:
                         add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
                 if level >= 2 and stages == top:  # the accumulators straight from the wgmma fragments
                     add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "epilogue": 0})
-                if level >= 2 and c == 2 and mt == 1 and bn >= 128 and stages == top:
-                    # pairs of blocks along M sharing B's tile (TMA multicast); measured slower than
-                    # without at 4096^3 and 8192^3 on the H200 (perf_notes, session 5), so only two
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2})
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "cluster": 2,
-                         "persistent": 0})
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "persistent": 0})
     return out
 
 
@@ -93,8 +90,14 @@ def ws_splits(k: int, split: int) -> int:
 
 # The model's view (cuda_defaults): the rate reached at a saturating tile, and what the
 # staged epilogue costs an output element against the direct stores' EPILOGUE_CLK.
+# Fitted to the H200 kernel times of W1 (docs/perf_notes.md, session 6): the direct
+# epilogue cost ~12 us more a 128 x 256 tile than the staged one (~0.7 clk an element,
+# the model's EPILOGUE_CLK), so the staged one is priced near free; the producer runs
+# ahead across tiles and kernels of 24..64 tiles measured ~2.7 us under the model's
+# fixed costs, so no per-round fill.
 WS_RATE = 0.85
-STAGED_EPILOGUE_CLK = 0.25
+STAGED_EPILOGUE_CLK = 0.1
+WS_FILL_S = 0.0
 REGS_BESIDE_ACC = 40
 
 
@@ -105,7 +108,7 @@ def ws_kernel(params: Mapping[str, Any], k: int) -> Kernel:
     staged = p["epilogue"] and p["split"] == 1
     return Kernel(cfg["bm"], cfg["bn"], BK, cfg["threads"], cfg["smem"], cfg["acc"] + REGS_BESIDE_ACC, p["stages"],
                   split=ws_splits(k, p["split"]), rate=WS_RATE * tile_efficiency(64, cfg["bn"], 8),
-                  epilogue_clk=STAGED_EPILOGUE_CLK if staged else EPILOGUE_CLK)
+                  epilogue_clk=STAGED_EPILOGUE_CLK if staged else EPILOGUE_CLK, fill_s=WS_FILL_S)
 
 
 def ws_auto(m: int, n: int, k: int, batch: int, elem: int, target: Any) -> tuple[dict, float]:
