@@ -99,10 +99,21 @@ def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
     return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
 
 
+def channel_block(geo: dict, width: int, ob: int) -> int:
+    """Input channels per block of the micro-kernel: their input rows (the cache lines a
+    tile of `width` pixels reads, kh rows) and their packed weights (kh x kw x ob
+    floats) fit in half the L1 data cache (``geo["l1d"]``, read from the machine)."""
+    span = (width - 1) * geo["sw"] + (geo["kw"] - 1) * geo["dw"] + 1          # floats of one input row
+    row_bytes = (-(-span * 4 // 64) + 1) * 64                                 # its lines, misaligned
+    per_channel = geo["kh"] * (row_bytes + geo["kw"] * ob * 4)
+    return max(1, min(geo["c"], (geo["l1d"] // 2) // per_channel))
+
+
 def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
                   x_shape: tuple, wp_shape: tuple, static_rows: bool):
     vec_ptr = PointerType(vec)
     c, kh, kw, sw, dw, dh = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh"))
+    cb = channel_block(geo, width, ob)
 
     @script
     def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
@@ -116,17 +127,25 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                 acc[j, v] = cast(0.0, vec)
         lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
         hi = kh if static_rows else kh_hi
-        for ci in range(c):
-            for r in range(lo, hi):
-                ih = ih0 + r * dh
-                for q in static_range(kw):
-                    for v in static_range(nv):
-                        wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
-                    for j in static_range(width):
-                        if valid[j][q]:
-                            xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
-                            for v in static_range(nv):
-                                acc[j, v] += cast(xv, vec) * wv[v]
+        # channels in blocks of cb (their input rows and weights fit half of L1); in a
+        # block, one pass over (channels, kernel rows) per kernel column: a loop body
+        # then reads each broadcast input value once (with the columns innermost, gcc
+        # keeps the values that neighbouring taps share in registers and spills
+        # accumulators), and the passes after the first read L1
+        for cbi in range(_ceil_div(c, cb)):
+            c_lo = cbi * cb
+            c_hi = c_lo + cb if c % cb == 0 else min(c, c_lo + cb)
+            for q in static_range(kw):
+                for ci in range(c_lo, c_hi):
+                    for r in range(lo, hi):
+                        ih = ih0 + r * dh
+                        for v in static_range(nv):
+                            wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                        for j in static_range(width):
+                            if valid[j][q]:
+                                xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                                for v in static_range(nv):
+                                    acc[j, v] += cast(xv, vec) * wv[v]
         for j in static_range(width):
             for v in static_range(nv):
                 tp = cast(address_of(tile[j * ob + v * lanes]), vec_ptr)
@@ -157,7 +176,8 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
         return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
-    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
+    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
+           "l1d": int(target.get("l1d_bytes", 32 << 10))}
     # every output row sees every kernel row: no top padding, the last row's window inside
     static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
     tiles, kernels = [], {}
