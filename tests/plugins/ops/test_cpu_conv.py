@@ -267,3 +267,40 @@ def test_items_are_handed_out_as_the_candidate_says(monkeypatch):
     source = generate(lower(TEMPLATE.build(task, attributes, conv_space(target, 0, 16)[0], target).module, "cpu"),
                       target)
     assert "hidet_parallel_for(conv2d_cpu_direct" in source
+
+
+@pytest.mark.parametrize("case", [
+    ((1, 13, 9, 11), (19, 13, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 11, 17, 23), (37, 11, 5, 3), (2, 1), (2, 0, 1, 2), (1, 2)),     # strided, dilated, uneven padding
+], ids=str)
+def test_channel_blocks_from_a_small_l1(cpu_backend, rng, case):
+    """The micro-kernel walks the input channels in blocks that fit half of L1 (read
+    from the target); with a small L1 a block is a few channels and the last one is
+    shorter: every channel is still summed once (float64 reference, poisoned output)."""
+    from hidet_plugin_ops.cpu_conv_template import channel_block
+
+    x_shape, w_shape, stride, pads, dilation = case
+    native = cpu_backend.detect_target()
+    c = w_shape[1]
+    ob = cpu_conv.block_width(native, w_shape[0])
+    task, attributes, y_shape = _task(x_shape, w_shape, ob, True, stride, pads, dilation)
+    params = dict(conv_space(native, 0, ob)[0], form="direct")
+    widths = {width for _, width in column_tiles(y_shape[3], params["owb"])}
+
+    def blocks(l1d):
+        geo = {"c": c, "kh": w_shape[2], "kw": w_shape[3], "sw": stride[1], "dw": dilation[1], "l1d": l1d}
+        return {channel_block(geo, width, ob) for width in widths}
+
+    # the smallest L1 at which every tile width takes several blocks, the last one shorter
+    l1d = next(size for size in range(1024, 1 << 16, 256) if all(1 < cb < c and c % cb for cb in blocks(size)))
+    assert blocks(64 << 10) == {c}                  # a large L1: one block
+    target = Target("cpu", native.arch, {**native.properties, "l1d_bytes": l1d})
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    ref = conv64(x, w, b, stride, pads, dilation)
+    compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
+    y = np.full(y_shape, np.nan, np.float32)
+    compiled.run([x, _packed(w, ob), b], [y])
+    assert not np.isnan(y).any()
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
