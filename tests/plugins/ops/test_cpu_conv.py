@@ -84,6 +84,7 @@ CASES = [  # x shape, w shape, stride, pads (top, left, bottom, right), dilation
     ((3, 7, 14, 14), (64, 7, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), True),
     ((2, 5, 13, 17), (37, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True),    # pointwise, partial last tile
     ((1, 3, 8, 12), (16, 3, 1, 1), (1, 1), (0, 0, 0, 0), (3, 2), False),    # pointwise, whole tiles
+    ((2, 19, 7, 7), (67, 19, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True),    # flat: tiles across rows
 ]
 
 
@@ -145,6 +146,23 @@ def test_pointwise_form_where_it_pays(x_shape, stride, pixels):
     task, attributes, _ = _task(x_shape, (64, 8, 1, 1), 32, True, stride, (0, 0, 0, 0), (1, 1))
     module = TEMPLATE.build(task, attributes, conv_space(target, 0, 32)[0], target).module
     assert ("conv2d_cpu_direct_pixels" in generate(lower(module, "cpu"), target)) == pixels
+
+
+@pytest.mark.parametrize("x_shape,stride,pads,flat", [
+    ((1, 8, 7, 7), (1, 1), (0, 0, 0, 0), True),        # 4 tiles over 49 pixels against 7 row tiles
+    ((2, 8, 5, 9), (1, 1), (0, 0, 0, 0), True),
+    ((1, 8, 56, 56), (1, 1), (0, 0, 0, 0), False),     # rows of 4 whole tiles: nothing to gain
+    ((1, 8, 7, 7), (2, 2), (0, 0, 0, 0), False),       # strided: pixels are not contiguous
+    ((1, 8, 7, 7), (1, 1), (1, 0, 0, 1), False)])      # padded
+def test_flat_form_where_it_pays(x_shape, stride, pads, flat):
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    task, attributes, _ = _task(x_shape, (64, 8, 1, 1), 32, True, stride, pads, (1, 1))
+    params = dict(conv_space(target, 0, 32)[0], form="direct")
+    module = TEMPLATE.build(task, attributes, params, target).module
+    assert ("conv2d_cpu_direct_flat" in generate(lower(module, "cpu"), target)) == flat
 
 
 @pytest.mark.parametrize("ow,owb", [(56, 14), (7, 14), (112, 6), (13, 5), (1, 14), (29, 1)])

@@ -44,6 +44,7 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.tuner.template import Template
 
 from .cpu_conv import PACKED_OPERATOR, target_lanes
+from .cpu_conv_flat import build_flat, flat_applies
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
@@ -110,9 +111,10 @@ def channel_block(geo: dict, width: int, ob: int) -> int:
 
 
 def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
-                  x_shape: tuple, wp_shape: tuple, static_rows: bool):
+                  x_shape: tuple, wp_shape: tuple, static_rows: bool, flat: bool = False):
+    """`flat`: iw0 + j is a flat pixel index of a 1x1 stride-1 convolution (cpu_conv_flat.py)."""
     vec_ptr = PointerType(vec)
-    c, kh, kw, sw, dw, dh = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh"))
+    c, kh, kw, sw, dw, dh, w = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh", "w"))
     cb = channel_block(geo, width, ob)
 
     @script
@@ -142,7 +144,11 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                         for v in static_range(nv):
                             wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
                         for j in static_range(width):
-                            if valid[j][q]:
+                            if flat:
+                                xf = x[ni, ci, (iw0 + j) / w, (iw0 + j) % w]
+                                for v in static_range(nv):
+                                    acc[j, v] += cast(xf, vec) * wv[v]
+                            elif valid[j][q]:
                                 xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
                                 for v in static_range(nv):
                                     acc[j, v] += cast(xv, vec) * wv[v]
@@ -175,9 +181,17 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
         return _scheduled(kernel, name, params, has_bias)
-    owb = max(1, min(int(params["owb"]), ow))
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
            "l1d": int(target.get("l1d_bytes", 32 << 10))}
+    if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"])):
+        owb = int(params["owb"])
+        tiles = column_tiles(oh * ow, owb)
+        widths = sorted({width for _, width in tiles}, reverse=True)
+        kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
+                                 True, flat=True) for width in widths]
+        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels)
+        return _scheduled(kernel, name, params, has_bias)
+    owb = max(1, min(int(params["owb"]), ow))
     # every output row sees every kernel row: no top padding, the last row's window inside
     static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
     tiles, kernels = [], {}
