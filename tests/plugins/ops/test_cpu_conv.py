@@ -165,6 +165,22 @@ def test_flat_form_where_it_pays(x_shape, stride, pads, flat):
     assert ("conv2d_cpu_direct_flat" in generate(lower(module, "cpu"), target)) == flat
 
 
+@pytest.mark.parametrize("size,stride,blocked", [
+    (56, 1, True),      # 14 pixels: 28 accumulators + 16 shared input values do not fit 32 registers
+    (7, 1, False),      # 7 pixels: 14 + 9 (+ 2 weight vectors) fit: taps innermost, one pass
+    (14, 2, False)])    # 7 pixels at stride 2: 14 + 15 + 2
+def test_tap_order_from_the_register_file(size, stride, blocked):
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "l1d_bytes": 32 << 10})
+    task, attributes, _ = _task((1, 64, size, size), (64, 64, 3, 3), 32, True, (stride, stride), (1, 1, 1, 1),
+                                (1, 1))
+    params = dict(conv_space(target, 0, 32)[0], form="direct")
+    source = generate(lower(TEMPLATE.build(task, attributes, params, target).module, "cpu"), target)
+    assert ("cbi" in source) == blocked
+
+
 @pytest.mark.parametrize("ow,owb", [(56, 14), (7, 14), (112, 6), (13, 5), (1, 14), (29, 1)])
 def test_column_tiles_cover_the_row_once(ow, owb):
     tiles = column_tiles(ow, owb)

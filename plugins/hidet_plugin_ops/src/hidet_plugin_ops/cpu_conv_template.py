@@ -116,6 +116,10 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
     vec_ptr = PointerType(vec)
     c, kh, kw, sw, dw, dh, w = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh", "w"))
     cb = channel_block(geo, width, ob)
+    # taps innermost (one pass over the channels) where the input values neighbouring
+    # taps share fit the registers beside the accumulators: gcc keeps them live there
+    span = (width - 1) * sw + (kw - 1) * dw + 1
+    taps_inner = kw == 1 or flat or width * nv + nv + span <= geo["registers"]
 
     @script
     def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
@@ -129,18 +133,11 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                 acc[j, v] = cast(0.0, vec)
         lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
         hi = kh if static_rows else kh_hi
-        # channels in blocks of cb (their input rows and weights fit half of L1); in a
-        # block, one pass over (channels, kernel rows) per kernel column: a loop body
-        # then reads each broadcast input value once (with the columns innermost, gcc
-        # keeps the values that neighbouring taps share in registers and spills
-        # accumulators), and the passes after the first read L1
-        for cbi in range(_ceil_div(c, cb)):
-            c_lo = cbi * cb
-            c_hi = c_lo + cb if c % cb == 0 else min(c, c_lo + cb)
-            for q in static_range(kw):
-                for ci in range(c_lo, c_hi):
-                    for r in range(lo, hi):
-                        ih = ih0 + r * dh
+        if taps_inner:
+            for ci in range(c):
+                for r in range(lo, hi):
+                    ih = ih0 + r * dh
+                    for q in static_range(kw):
                         for v in static_range(nv):
                             wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
                         for j in static_range(width):
@@ -152,6 +149,26 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                                 xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
                                 for v in static_range(nv):
                                     acc[j, v] += cast(xv, vec) * wv[v]
+        else:
+            # channels in blocks of cb (their input rows and weights fit half of L1); in
+            # a block, one pass over (channels, kernel rows) per kernel column: a loop
+            # body then reads each broadcast input value once (with the columns
+            # innermost, gcc keeps the values that neighbouring taps share in registers
+            # and spills accumulators), and the passes after the first read L1
+            for cbi in range(_ceil_div(c, cb)):
+                c_lo = cbi * cb
+                c_hi = c_lo + cb if c % cb == 0 else min(c, c_lo + cb)
+                for q in static_range(kw):
+                    for ci in range(c_lo, c_hi):
+                        for r in range(lo, hi):
+                            ih = ih0 + r * dh
+                            for v in static_range(nv):
+                                wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                            for j in static_range(width):
+                                if valid[j][q]:
+                                    xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                                    for v in static_range(nv):
+                                        acc[j, v] += cast(xv, vec) * wv[v]
         for j in static_range(width):
             for v in static_range(nv):
                 tp = cast(address_of(tile[j * ob + v * lanes]), vec_ptr)
@@ -182,7 +199,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
         return _scheduled(kernel, name, params, has_bias)
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
-           "l1d": int(target.get("l1d_bytes", 32 << 10))}
+           "l1d": int(target.get("l1d_bytes", 32 << 10)), "registers": registers}
     if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"])):
         owb = int(params["owb"])
         tiles = column_tiles(oh * ow, owb)
