@@ -12,10 +12,24 @@ row; no im2col buffer, no packing, no div/mod)::
         (n, output-channel block, output row) = spatial(...) task mapping of the item
             kh range of the row (rows in the padding skipped: loop bounds)
             for each column tile (static: positions fixed by the shape):
-                micro-kernel: width x nv accumulators over c, kh, kw; taps that
-                fall into the left/right padding are dropped while tracing (the
-                tile's position is static), so there is no check in any loop
+                micro-kernel: width x nv accumulators over c, kh, kw (order below);
+                taps that fall into the left/right padding are dropped while tracing
+                (the tile's position is static), so there is no check in any loop
                 y[n, o, oh, ow] = acc + bias      (element stores: epilogues graft)
+
+Order of the reduction. At stride 1, pixel j at kernel column q reads the value pixel
+j + 1 reads at column q - 1: with the columns innermost, gcc loads each input value
+once per (c, kh) and keeps ``(width - 1) * sw + (kw - 1) * dw + 1`` of them live beside
+the ``width x nv`` accumulators. Where that fits the register file (7-pixel tiles, 1x1
+kernels) the columns stay innermost: one pass over the channels. Elsewhere (14-pixel
+tiles of 3x3 and 7x7 kernels: 28 accumulators + 16 to 33 values) gcc spilled
+accumulators (52 stack accesses per 82 FMAs in the 3x3 loop), so the channels are
+walked in blocks whose input rows and weights fit half of L1 (`channel_block`, the L1
+size read from the target) and, inside a block, one pass per kernel column: every
+loop body broadcasts each value once, and the passes after the first read L1.
+1x1 stride-1 unpadded convolutions take the pointwise form where it pays
+(`cpu_conv_pointwise.py`), else the flat form where tiles over the flat pixels are
+fewer than over the rows (`cpu_conv_flat.py`, 7x7 images).
 
 Columns are cut into ``ceil(OW / owb)`` tiles of balanced widths; tiles of one width
 whose taps are all inside share one micro-kernel, and a run of them is one loop (the
