@@ -333,7 +333,12 @@ def test_channel_blocks_from_a_small_l1(cpu_backend, rng, case):
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     ref = conv64(x, w, b, stride, pads, dilation)
-    compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    scheduled = TEMPLATE.build(task, attributes, params, target)
+    assert "cbi" in generate(lower(scheduled.module, "cpu"), target)       # the blocked order was built
+    compiled = compile_scheduled(task, scheduled, cpu_backend, target)
     y = np.full(y_shape, np.nan, np.float32)
     compiled.run([x, _packed(w, ob), b], [y])
     assert not np.isnan(y).any()
