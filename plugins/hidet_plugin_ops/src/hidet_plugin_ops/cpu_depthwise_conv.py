@@ -56,10 +56,15 @@ from hidet_framework.lang import (
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
-__all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space"]
+__all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space",
+           "vectors_per_step"]
 
 
 MIN_GAP = 512   # floats of tile copies per item where planes are grouped (see build_depthwise)
+# independent accumulators that hide an FMA's latency (4 cycles on x86 cores since
+# Haswell and Zen, at one vector FMA issued per cycle): a step of fewer vectors costs
+# as much as one of this many
+LATENCY_CHAINS = 4
 
 
 def is_depthwise(x_shape: tuple, w_shape: tuple, groups: int) -> bool:
@@ -105,6 +110,16 @@ def _unroll(target: Any, taps: int) -> int:
     return 1
 
 
+def vectors_per_step(u: int, flat: int, lanes: int) -> int:
+    """The item's ``flat`` outputs are computed in whole steps of k vectors: the k (at
+    most the candidate's u) of the least time, the largest of those. A step of k
+    vectors costs max(k, LATENCY_CHAINS): with fewer accumulators the taps' FMAs wait
+    on each other (counting k alone chose k = 1 for 96@112 stride 2, 71 vectors
+    instead of 72 with 9 dependent FMAs each: 387 -> 325 us single-threaded with
+    k = 8; 576@14: 72 -> 56 us)."""
+    return min(range(u, 0, -1), key=lambda k: -(-flat // (k * lanes)) * max(k, LATENCY_CHAINS))
+
+
 def depthwise_space(target: Any, level: int) -> list[dict]:
     """``l1``: the share of L1 an item's tiles take (scales `rows_per_item`); ``unroll``:
     vectors per step. Level 0: half of L1, the register file's unroll."""
@@ -148,9 +163,7 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
     u = max(1, int(params.get("unroll", 1)))
     pitch, extra = phase_geometry((kh, kw), (sh, sw), (dh, dw), ow)
     blocks = -(-oh // rb)
-    # the flat outputs computed are whole steps of u vectors: the u (at most the
-    # candidate's) that computes the fewest, the largest of those
-    u = min(range(u, 0, -1), key=lambda k: -(-(rb * pitch) // (k * lanes)) * k)
+    u = vectors_per_step(u, rb * pitch, lanes)
     step = u * lanes
     q_end = -(-(rb * pitch) // step) * step
     span = ((kh - 1) * dh // sh) * pitch + (kw - 1) * dw
