@@ -3,7 +3,8 @@
 Every candidate of the level-1 space runs on fresh random inputs with a poisoned (NaN)
 output against a float64 numpy reference, on this machine's ISA and on AVX2 (the
 target says 256-bit vectors and gcc is told ``-mno-avx512f``): odd and prime sizes,
-strides 1, 2 and 3 (row phases, columns subsampled in the store), dilations,
+strides 1, 2 and 3 (row phases; column phases, or with ``cols1`` every column computed
+and the store subsampling), dilations,
 asymmetric pads, windows larger than the image, channel multipliers, planes narrower
 than one vector (the flat phase tile runs across rows), planes cut into several row
 blocks and small planes grouped into items (a short last group included). A compiled graph fuses bias and a relu6 clip onto the stores.
@@ -120,6 +121,9 @@ def test_tiles_come_from_the_machine():
     # pitch: the padded columns read (stride 2 computes every column, the store picks)
     assert phase_geometry((3, 3), (1, 1), (1, 1), 7) == (9, 2)
     assert phase_geometry((3, 3), (2, 2), (1, 1), 56) == (113, 1)
+    # with column phases (the default at stride 2) a phase row holds every other column
+    assert phase_geometry((3, 3), (2, 2), (1, 1), 56, cols=2) == (57, 1)
+    assert phase_geometry((5, 5), (3, 3), (2, 2), 10, cols=3) == (12, 2)
     # a 7x7 plane is one item; a 112x112 one is cut into balanced row blocks in half of L1
     assert rows_per_item(avx512, (3, 3), (1, 1), (1, 1), 7, 7) == 7
     rb = rows_per_item(avx512, (3, 3), (1, 1), (1, 1), 112, 112)
