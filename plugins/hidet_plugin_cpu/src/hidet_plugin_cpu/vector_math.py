@@ -25,7 +25,11 @@ scalar libm calls: correct, only slower.
 
 ``-fno-math-errno`` (in `build.py`'s flags) is needed too: a call that may set
 ``errno`` counts as a memory write to gcc's vectorizer. Generated code never reads
-``errno``, and the flag changes no value.
+``errno``, and the flag changes no value. So is ``-fno-trapping-math``: without it gcc
+keeps the clamps of the own erf and tanh below as branches when it targets AVX2 (AVX-512
+if-converts them with masks) and their callers' loops stay scalar (gelu at 0.14-0.19x
+onnxruntime with AVX2 code; tests/plugins/cpu/test_machine_defaults.py compiles them
+with ``-march=haswell`` and checks for ymm registers).
 
 **erf of our own (float32).** Generated code spells erf ``hidet_erff`` /
 ``hidet_erf`` (primitives.C_MATH); `place_own_functions` puts their definitions into
