@@ -99,7 +99,7 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
         for k in range(d_chunks):
             r = k * threads + tid
             if r < d:
-                qs[r] = qa.load(qx, b, i, r, ct)
+                qs[r] = qa.load(qx, b, i, minimum(r, d - 1), ct)
         syncthreads()
         top = lowest
         for k in range(n_chunks):
@@ -107,8 +107,8 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
             if j < n:
                 s = const(0.0, ct)
                 for r in range(d):
-                    s = s + qs[r] * ka.load(kx, b, r, j, ct)
-                z = logit(s, mk, b, i, j)
+                    s = s + qs[r] * ka.load(kx, b, r, minimum(j, n - 1), ct)
+                z = logit(s, mk, b, i, minimum(j, n - 1))
                 srow[j] = z
                 top = maximum(top, z)
         for lv in static_range(5):
@@ -140,8 +140,8 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
             if c < dv:
                 acc = const(0.0, ct)
                 for j in range(n):
-                    acc = acc + probability(srow[j], inv) * va.load(vx, b, j, c, ct)
-                yx[ya.index(b, i, c)] = cast(acc, y.dtype)
+                    acc = acc + probability(srow[j], inv) * va.load(vx, b, j, minimum(c, dv - 1), ct)
+                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, y.dtype)
 
     return attention_rows_cuda
 
