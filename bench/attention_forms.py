@@ -30,6 +30,8 @@ FORMS = {
     "tile2": {"rows": 2, "threads": 128, "k_order": "d"}, "tile4": {"rows": 4, "threads": 128, "k_order": "d"},
     "tile8": {"rows": 8, "threads": 128, "k_order": "d"}, "tile16": {"rows": 16, "threads": 128, "k_order": "d"},
     "tile4x256": {"rows": 4, "threads": 256, "k_order": "d"}, "tile8x256": {"rows": 8, "threads": 256, "k_order": "d"},
+    "warp128": {"rows": 1, "threads": 128, "k_order": "d"}, "warp256": {"rows": 1, "threads": 256, "k_order": "d"},
+    "warp64": {"rows": 1, "threads": 64, "k_order": "d"},
 }
 
 

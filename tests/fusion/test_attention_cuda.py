@@ -1,6 +1,6 @@
 """The CUDA attention template (hidet_plugin_ops/cuda_attention.py). Marker ``nvcc``
 (no GPU needed): every candidate with the head split / merge of an exported
-attention block grafted on, and each kernel form (per-row, tiled in both key orders)
+attention block grafted on, and each kernel form (per-row, tiled in both key orders, a key per warp)
 alone on every case, compiles to an sm_90 cubin. Marker ``cuda``:
 every candidate against a float64 numpy reference on the GPU (odd and prime sizes,
 masks added and selected, a fully masked row, broadcast batch axes, poisoned
@@ -83,7 +83,8 @@ def test_every_candidate_compiles_grafted_and_each_form_alone(tmp_path, monkeypa
         # each kernel form on every case (odd N, M under the row tile, each mask kind): the
         # default, the per-row form, the widest tiled block and the other key order
         forms = [template.space(target, 0)[0], {"threads": 64}, {"rows": 16, "threads": 256, "k_order": "d"},
-                 {"rows": 8, "threads": 128, "k_order": "j"}]
+                 {"rows": 8, "threads": 128, "k_order": "j"}, {"rows": 1, "threads": 128, "k_order": "d"},
+                 {"rows": 1, "threads": 256, "k_order": "d"}]
         assert all(f in template.space(target, 1) for f in forms)
         jobs += [template.build(op.task, op.attributes, p, target) for p in forms]
     # BERT's form: q, k, v reshaped from [B, S, H*D] and transposed; the output merged back

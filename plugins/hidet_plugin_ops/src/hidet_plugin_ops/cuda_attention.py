@@ -35,9 +35,11 @@ rows instead of once per row:
         y[b, i0 + r, c] = ys[r, c]                    rows < M only; element stores
 
 Every thread keeps the same (r, c) outputs through all chunks, so ``ys`` needs no
-barrier of its own. The space: the per-row form with ``T`` in 128, 256, 64, 32, and
-the tiled one with R in ROW_TILES and T in 128, 256 (level 0: the largest R that
-still gives every SM a block, from the target's SM count).
+barrier of its own. The per-row form for keys stored D-fastest (``rows`` 1, ``k_order``
+"d") gives each key to a warp instead (cuda_attention_warps.py). The space: the per-row
+form with ``T`` in 128, 256, 64, 32, the tiled one with R in ROW_TILES and T in 128,
+256, the warp-per-key one with T in 128, 256 (level 0: the largest R that still gives
+every SM a block, from the target's SM count).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ from hidet_framework.schedule.template import Template
 
 from .attention import accumulator_dtype
 from .cpu_attention import _Batched, row_functions
+from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
 
@@ -266,8 +269,9 @@ class CudaAttention(Template):
         if level == 0:
             return [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
+        warp_rows = [{"rows": 1, "threads": t, "k_order": "d"} for t in (128, 256)]
         return ([{"rows": "auto", "threads": 128, "k_order": "d"}] + [{"threads": t} for t in (128, 256, 64, 32)]
-                + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}])
+                + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}] + warp_rows)
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
@@ -275,6 +279,8 @@ class CudaAttention(Template):
         rows = tile_rows(task, attributes, params.get("rows", 1), target)
         if rows > 1:
             fn = _tiled_kernel(task, attributes, threads, rows, params.get("k_order", "d"), name)
+        elif params.get("rows") == 1 and params.get("k_order") == "d":
+            fn = warp_kernel(task, attributes, threads, name)
         else:
             fn = _kernel(task, attributes, threads, name)
         buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
