@@ -275,6 +275,9 @@ class CudaAttention(Template):
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
+        candidate = dict(params)
+        if params.get("rows") == "auto":
+            params = {**params, **auto_form(task, attributes, target)}
         threads = int(params["threads"])
         rows = tile_rows(task, attributes, params.get("rows", 1), target)
         if rows > 1:
@@ -291,7 +294,7 @@ class CudaAttention(Template):
             module = ir_module(name, [Function(ir.name, [p for k, p in enumerate(ir.params) if k != 3], ir.body, ir.kind,
                                                ir.ret_type, ir.attrs)])
             buffers = buffers[:3] + buffers[4:]
-        return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=dict(params))
+        return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=candidate)
 
 
 def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) -> int:
@@ -312,3 +315,26 @@ def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) 
         return busy[0] if busy else (fitting[-1] if fitting else 1)
     rows = int(rows)
     return max([r for r in fitting if r <= rows], default=1) if rows > 1 else 1
+
+
+ROW_THREADS = 128  # threads of the per-row forms chosen at level 0
+
+
+def auto_form(task: Any, attributes: Mapping[str, Any], target: Any) -> dict:
+    """What the level-0 candidate (``rows`` "auto") builds: the per-row form when the
+    rows alone fill the GPU (B*M blocks, at least one per SM) and the keys and values
+    of one batch entry, which every row of it reads again, fit in a quarter of one
+    SM's shared memory / L1 (``N * (D + Dv)`` elements; they then stay on chip), else
+    the tiled form with ``tile_rows``' R. The per-row form takes a key per warp
+    (``k_order`` "d") when a graft feeds K (the exported K^T is a transpose of a
+    [N, D]-major tensor: each key's D values are contiguous), a key per thread when K
+    is a stored [B, D, N] tensor (a row of keys is contiguous)."""
+    entries = math.prod(int(s) for s in attributes["batch"])
+    m, n, d, dv = (int(attributes[k]) for k in ("m", "n", "d", "dv"))
+    props = target.get if hasattr(target, "get") else (lambda key, default=None: default)
+    sms, on_chip = int(props("sm_count", 132)), int(props("smem_per_sm", 228 * 1024))
+    width = task.inputs[0].dtype.nbytes
+    if entries * m >= sms and n * (d + dv) * width <= on_chip // 4:
+        grafted_k = 1 in tuple(int(i) for i in attributes.get("fusion.prologue_inputs", ()))
+        return {"rows": 1, "threads": ROW_THREADS, "k_order": "d"} if grafted_k else {"rows": 1, "threads": ROW_THREADS}
+    return {"rows": "auto", "threads": 128, "k_order": "d"}
