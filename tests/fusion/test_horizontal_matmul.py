@@ -303,3 +303,29 @@ def test_the_engine_tells_a_rule_who_reads_a_tensor():
 
     rewrite_patterns(graph, GraphPassContext(rewrite_rules=[Once()]))
     assert len(calls) == 2
+
+
+@pytest.mark.cuda
+def test_bert_attention_block_on_cuda_is_two_kernels_and_matches_float64(rng):
+    """fp16 on the GPU: the three projections (odd widths: 3 heads of 8, sequence 13) as
+    one matmul with the biases as its epilogue, then one attention kernel reading the
+    three slices through its grafted head split; float64 reference, fresh inputs."""
+    heads, d = 3, 8
+    e = heads * d
+    x = hf.symbol((1, M, e), "float16")
+    ws = [_w(rng, 1, e, e).astype(np.float16) for _ in range(3)]
+    bs = [_w(rng, e).astype(np.float16) for _ in range(3)]
+    q, k, v = (hf.ops.transpose(hf.ops.reshape(hf.ops.add(hf.ops.matmul(x, hf.constant(w)), hf.constant(b)),
+                                               [1, M, heads, d]), [0, 2, 1, 3]) for w, b in zip(ws, bs))
+    c = hf.constant(np.float16(d ** -0.25))
+    z = hf.ops.matmul(hf.ops.mul(q, c), hf.ops.mul(hf.ops.transpose(k, [0, 1, 3, 2]), c))
+    y = hf.ops.reshape(hf.ops.transpose(hf.ops.matmul(hf.ops.softmax(z, axis=-1), v), [0, 2, 1, 3]), [1, M, e])
+    fn = hf.compile(hf.trace(y, inputs=[x]), target="cuda")
+    assert fn.num_launches == 2, fn.fusion_report()
+    xa = rng.standard_normal((1, M, e)).astype(np.float16)
+    qa, ka, va = ((xa.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64))
+                  .reshape(1, M, heads, d).transpose(0, 2, 1, 3) for w, b in zip(ws, bs))
+    s = qa @ ka.transpose(0, 1, 3, 2) / np.sqrt(d)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ va).transpose(0, 2, 1, 3).reshape(1, M, e)
+    np.testing.assert_allclose(np.asarray(fn(xa), np.float64), want, rtol=2e-2, atol=2e-2)
