@@ -238,6 +238,8 @@ def _split_block(rng, variant):
     ys = [hf.ops.relu(p) for p in pieces]
     if variant == "read_twice":
         ys[1] = hf.ops.add(ys[1], hf.ops.exp(pieces[1]))
+    if variant == "reduced":  # a reduction reads the piece: its slice would be a kernel of its own
+        ys[1] = hf.ops.reduce_sum(pieces[1], axes=[1], keepdims=True)
     outs = list(ys) + ([pieces[2]] if variant == "returned" else [])
 
     def reference(xa):
@@ -245,12 +247,14 @@ def _split_block(rng, variant):
         res = [np.maximum(p, 0) for p in parts]
         if variant == "read_twice":
             res[1] = res[1] + np.exp(parts[1])
+        if variant == "reduced":
+            res[1] = parts[1].sum(axis=1, keepdims=True)
         return res + ([parts[2]] if variant == "returned" else [])
 
     return outs, [x], reference
 
 
-@pytest.mark.parametrize("variant", ["plain", "read_twice", "returned"])
+@pytest.mark.parametrize("variant", ["plain", "read_twice", "returned", "reduced"])
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_becomes_slices_only_where_each_piece_has_one_injective_reader(variant, target, rng, fx):
     outs, inputs, reference = _split_block(rng, variant)
