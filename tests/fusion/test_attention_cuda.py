@@ -160,10 +160,10 @@ def test_tiled_rows_follow_the_multiprocessors_shared_memory_and_m():
     assert tile_rows(*task(128, 12000, dtype="float32"), "auto", h200) == 1  # not even 2 rows fit
 
 
-def test_level_zero_takes_the_per_row_form_for_short_sequences_that_fill_the_gpu():
-    """``auto_form``: per-row where B*M rows give every SM a block and one batch entry's
-    K and V fit a quarter of an SM's shared memory, a key per warp when a graft feeds K
-    (the exported transpose: D-fastest), a key per thread when K is stored; else tiled."""
+def test_level_zero_takes_the_per_row_form_for_stored_keys_of_short_sequences_that_fill_the_gpu():
+    """``auto_form``: per-row (a key per thread) where no graft feeds K, B*M rows give
+    every SM a block and one batch entry's K and V fit a quarter of an SM's shared
+    memory; tiled otherwise, and always when a graft feeds K."""
     from hidet_framework.backend.contract import Target
     from hidet_plugin_ops.cuda_attention import auto_form
 
@@ -171,17 +171,16 @@ def test_level_zero_takes_the_per_row_form_for_short_sequences_that_fill_the_gpu
     small_smem = Target("cuda", "sm_90", {**dict(h200.properties), "smem_per_sm": 64 * 1024})
     many_sms = Target("cuda", "sm_90", {**dict(h200.properties), "sm_count": 2000})
 
-    def form(m, n, heads=12, d=64, target=h200, grafted=(0, 1, 2)):
+    def form(m, n, heads=12, d=64, target=h200, grafted=(0, 2)):
         y = hf.ops.attention(hf.symbol((1, heads, m, d), "float16"), hf.symbol((1, heads, d, n), "float16"),
                              hf.symbol((1, heads, n, d), "float16"), scale=0.125)
         attributes = {**y.producer.attributes, "fusion.prologue_inputs": grafted}
         return auto_form(y.producer.task, attributes, target)
 
-    per_row_warp = {"rows": 1, "threads": 128, "k_order": "d"}
-    assert form(128, 128) == per_row_warp  # BERT, GPT-2: 1536 rows, K+V 32 KiB per head
-    assert form(128, 128, grafted=(0, 2)) == {"rows": 1, "threads": 128}  # K stored [B, D, N]
-    assert form(128, 128, grafted=()) == {"rows": 1, "threads": 128}
-    assert form(128, 1024)["rows"] == "auto"  # 256 KiB of K+V a head: tiled
-    assert form(128, 128, target=small_smem)["rows"] == "auto"  # 32 KiB > 16 KiB
-    assert form(128, 128, target=many_sms)["rows"] == "auto"  # 1536 rows < 2000 SMs
-    assert form(11, 128, heads=12) == per_row_warp and form(10, 128, heads=13)["rows"] == "auto"  # 132 vs 130 rows
+    per_row, tiled = {"rows": 1, "threads": 128}, {"rows": "auto", "threads": 128, "k_order": "d"}
+    assert form(128, 128) == per_row and form(128, 128, grafted=()) == per_row  # 1536 rows, K+V 32 KiB a head
+    assert form(128, 128, grafted=(0, 1, 2)) == tiled  # BERT, GPT-2: the head split grafted onto K
+    assert form(128, 1024) == tiled  # 256 KiB of K+V a head
+    assert form(128, 128, target=small_smem) == tiled  # 32 KiB > 16 KiB
+    assert form(128, 128, target=many_sms) == tiled  # 1536 rows < 2000 SMs
+    assert form(11, 128, heads=12) == per_row and form(10, 128, heads=13) == tiled  # 132 vs 130 rows

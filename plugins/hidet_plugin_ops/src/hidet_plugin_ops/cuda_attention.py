@@ -52,7 +52,7 @@ from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, script, shared_tensor, static_range
+from hidet_framework.lang import attrs, script, shared_tensor, static_range, unroll
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
@@ -188,30 +188,38 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
         i0 = blockIdx.x % row_blocks * rows
         tid = threadIdx.x
         lane = tid % 32
-        for e in range(tid, rows * d, threads):
-            qs[e / d, e % d] = qa.load(qx, b, minimum(i0 + e / d, m - 1), e % d, ct)
-        for e in range(tid, rows * dv, threads):
-            ys[e / dv, e % dv] = zero
+        for u_eq in unroll(-(-(rows * d) // threads)):  # a constant trip count: loads overlap
+            eq = u_eq * threads + tid
+            if eq < rows * d:
+                qs[eq / d, eq % d] = qa.load(qx, b, minimum(i0 + eq / d, m - 1), eq % d, ct)
+        for u_ez in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+            ez = u_ez * threads + tid
+            if ez < rows * dv:
+                ys[ez / dv, ez % dv] = zero
         for c0 in range(chunks):
             syncthreads()  # the previous chunk's readers of ks are done
-            for e in range(tid, d * CHUNK, threads):
-                r = e % d if k_order == "d" else e / CHUNK
-                jj = e / d if k_order == "d" else e % CHUNK
-                if c0 * CHUNK + jj < n:
-                    ks[r, jj] = ka.load(kx, b, r, minimum(c0 * CHUNK + jj, n - 1), ct)
-                else:
-                    ks[r, jj] = zero
+            for u_ek in unroll(-(-(d * CHUNK) // threads)):  # a constant trip count: loads overlap
+                ek = u_ek * threads + tid
+                if ek < d * CHUNK:
+                    r = ek % d if k_order == "d" else ek / CHUNK
+                    jj = ek / d if k_order == "d" else ek % CHUNK
+                    if c0 * CHUNK + jj < n:
+                        ks[r, jj] = ka.load(kx, b, r, minimum(c0 * CHUNK + jj, n - 1), ct)
+                    else:
+                        ks[r, jj] = zero
             syncthreads()
-            for e in range(tid, rows * CHUNK, threads):
-                r = e / CHUNK
-                jj = e % CHUNK
-                s = zero
-                for c in range(d):
-                    s = s + qs[r, c] * ks[c, jj]
-                if c0 * CHUNK + jj < n:
-                    srow[r, c0 * CHUNK + jj] = logit(s, mk, b, minimum(i0 + r, m - 1), c0 * CHUNK + jj)
-                else:
-                    srow[r, c0 * CHUNK + jj] = zero  # a probability of 0 for the padding keys
+            for u_es in unroll(-(-(rows * CHUNK) // threads)):  # a constant trip count: loads overlap
+                es = u_es * threads + tid
+                if es < rows * CHUNK:
+                    r = es / CHUNK
+                    jj = es % CHUNK
+                    s = zero
+                    for c in range(d):
+                        s = s + qs[r, c] * ks[c, jj]
+                    if c0 * CHUNK + jj < n:
+                        srow[r, c0 * CHUNK + jj] = logit(s, mk, b, minimum(i0 + r, m - 1), c0 * CHUNK + jj)
+                    else:
+                        srow[r, c0 * CHUNK + jj] = zero  # a probability of 0 for the padding keys
         syncthreads()
         for r in range(tid / 32, rows, warps):  # one warp a row: the shuffles stay warp-uniform
             top = lowest
@@ -231,20 +239,26 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
                 srow[r, j] = probability(srow[r, j], inv)
         for c0 in range(chunks):
             syncthreads()  # the probabilities (first chunk) or the previous chunk's readers of vs
-            for e in range(tid, CHUNK * dv, threads):
-                if c0 * CHUNK + e / dv < n:
-                    vs[e / dv, e % dv] = va.load(vx, b, minimum(c0 * CHUNK + e / dv, n - 1), e % dv, ct)
-                else:
-                    vs[e / dv, e % dv] = zero
+            for u_ev in unroll(-(-(CHUNK * dv) // threads)):  # a constant trip count: loads overlap
+                ev = u_ev * threads + tid
+                if ev < CHUNK * dv:
+                    if c0 * CHUNK + ev / dv < n:
+                        vs[ev / dv, ev % dv] = va.load(vx, b, minimum(c0 * CHUNK + ev / dv, n - 1), ev % dv, ct)
+                    else:
+                        vs[ev / dv, ev % dv] = zero
             syncthreads()
-            for e in range(tid, rows * dv, threads):
-                acc = ys[e / dv, e % dv]
-                for jj in range(CHUNK):
-                    acc = acc + srow[e / dv, c0 * CHUNK + jj] * vs[jj, e % dv]
-                ys[e / dv, e % dv] = acc
-        for e in range(tid, rows * dv, threads):
-            if i0 + e / dv < m:
-                yx[ya.index(b, i0 + e / dv, e % dv)] = cast(ys[e / dv, e % dv], y.dtype)
+            for u_ep in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+                ep = u_ep * threads + tid
+                if ep < rows * dv:
+                    acc = ys[ep / dv, ep % dv]
+                    for jj in range(CHUNK):
+                        acc = acc + srow[ep / dv, c0 * CHUNK + jj] * vs[jj, ep % dv]
+                    ys[ep / dv, ep % dv] = acc
+        for u_ey in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+            ey = u_ey * threads + tid
+            if ey < rows * dv:
+                if i0 + ey / dv < m:
+                    yx[ya.index(b, i0 + ey / dv, ey % dv)] = cast(ys[ey / dv, ey % dv], y.dtype)
 
     return attention_tiles_cuda
 
@@ -321,20 +335,22 @@ ROW_THREADS = 128  # threads of the per-row forms chosen at level 0
 
 
 def auto_form(task: Any, attributes: Mapping[str, Any], target: Any) -> dict:
-    """What the level-0 candidate (``rows`` "auto") builds: the per-row form when the
-    rows alone fill the GPU (B*M blocks, at least one per SM) and the keys and values
-    of one batch entry, which every row of it reads again, fit in a quarter of one
-    SM's shared memory / L1 (``N * (D + Dv)`` elements; they then stay on chip), else
-    the tiled form with ``tile_rows``' R. The per-row form takes a key per warp
-    (``k_order`` "d") when a graft feeds K (the exported K^T is a transpose of a
-    [N, D]-major tensor: each key's D values are contiguous), a key per thread when K
-    is a stored [B, D, N] tensor (a row of keys is contiguous)."""
+    """What the level-0 candidate (``rows`` "auto") builds. The per-row form (a key per
+    thread) where K is a stored [B, D, N] tensor (no graft feeds it: a row of keys is
+    contiguous, the form's K reads are coalesced), the rows alone fill the GPU (B*M
+    blocks, at least one per SM) and the keys and values of one batch entry, which
+    every row of it reads again, fit in a quarter of one SM's shared memory / L1
+    (``N * (D + Dv)`` elements: the re-reads stay on chip). Otherwise the tiled form
+    with ``tile_rows``' R: when a graft feeds K (the exported K^T, a transpose of a
+    [N, D]-major product, BERT's and GPT-2's), a per-row form reads every key once per
+    query row through the graft (measured on the H200: 20-22 us a call for BERT's and
+    GPT-2's 12 x 128 x 128 x 64, docs/perf_notes.md) where the tiled form shares it."""
     entries = math.prod(int(s) for s in attributes["batch"])
     m, n, d, dv = (int(attributes[k]) for k in ("m", "n", "d", "dv"))
     props = target.get if hasattr(target, "get") else (lambda key, default=None: default)
     sms, on_chip = int(props("sm_count", 132)), int(props("smem_per_sm", 228 * 1024))
     width = task.inputs[0].dtype.nbytes
-    if entries * m >= sms and n * (d + dv) * width <= on_chip // 4:
-        grafted_k = 1 in tuple(int(i) for i in attributes.get("fusion.prologue_inputs", ()))
-        return {"rows": 1, "threads": ROW_THREADS, "k_order": "d"} if grafted_k else {"rows": 1, "threads": ROW_THREADS}
+    grafted_k = 1 in tuple(int(i) for i in attributes.get("fusion.prologue_inputs", ()))
+    if not grafted_k and entries * m >= sms and n * (d + dv) * width <= on_chip // 4:
+        return {"rows": 1, "threads": ROW_THREADS}
     return {"rows": "auto", "threads": 128, "k_order": "d"}

@@ -23,12 +23,14 @@ from typing import Any, Mapping
 from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.ir.math_functions import exp
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, script, shared_tensor, static_range
+from hidet_framework.lang import attrs, script, shared_tensor, static_range, unroll
 
 from .attention import accumulator_dtype
 from .cpu_attention import _Batched, row_functions
 
 __all__ = ["warp_kernel"]
+
+UNROLL = 8  # keys in flight per warp (scores) and per thread group (P @ V)
 
 
 def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
@@ -68,14 +70,19 @@ def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
         for r in range(tid, d, threads):
             qs[r] = qa.load(qx, b, i, minimum(r, d - 1), ct)
         syncthreads()
-        for j in range(tid / 32, n, warps):
-            s = zero
-            for r in range(lane, d, 32):
-                s = s + qs[r] * ka.load(kx, b, minimum(r, d - 1), minimum(j, n - 1), ct)
-            for lv in static_range(5):
-                s = s + shfl_xor_sync(FULL_MASK, s, levels[lv])
-            if lane == 0:
-                srow[j] = logit(s, mk, b, i, minimum(j, n - 1))
+        for j0 in range(-(-n // (warps * UNROLL))):
+            for u in unroll(UNROLL):  # UNROLL independent keys a warp: their loads overlap
+                j = (j0 * UNROLL + u) * warps + tid / 32
+                if j < n:
+                    s = zero
+                    for rk in unroll(-(-d // 32)):
+                        if rk * 32 + lane < d:
+                            s = s + qs[rk * 32 + lane] * ka.load(kx, b, minimum(rk * 32 + lane, d - 1),
+                                                                 minimum(j, n - 1), ct)
+                    for lv in static_range(5):
+                        s = s + shfl_xor_sync(FULL_MASK, s, levels[lv])
+                    if lane == 0:
+                        srow[j] = logit(s, mk, b, i, minimum(j, n - 1))
         syncthreads()
         top = lowest
         for j in range(tid, n, threads):
@@ -105,8 +112,11 @@ def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
         if groups > 1:
             if tid < groups * dv:
                 acc = zero
-                for j in range(tid / dv, n, groups):
-                    acc = acc + probability(srow[j], inv) * va.load(vx, b, minimum(j, n - 1), tid % dv, ct)
+                for jp0 in range(-(-n // (groups * UNROLL))):
+                    for up in unroll(UNROLL):
+                        jp = (jp0 * UNROLL + up) * groups + tid / dv
+                        if jp < n:
+                            acc = acc + probability(srow[jp], inv) * va.load(vx, b, minimum(jp, n - 1), tid % dv, ct)
                 part[tid / dv, tid % dv] = acc
             syncthreads()
             for c in range(tid, dv, threads):
