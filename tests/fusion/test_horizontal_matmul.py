@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -333,3 +335,62 @@ def test_bert_attention_block_on_cuda_is_two_kernels_and_matches_float64(rng):
     p = np.exp(s - s.max(-1, keepdims=True))
     want = ((p / p.sum(-1, keepdims=True)) @ va).transpose(0, 2, 1, 3).reshape(1, M, e)
     np.testing.assert_allclose(np.asarray(fn(xa), np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+@st.composite
+def _readers(draw):
+    """2..4 matmuls of one input with constant weights of drawn widths, each with a drawn
+    follower: nothing, a constant bias (vector or [1, N]), a bias over rows, a bias and a
+    second reader of the product, or the product returned as well; plus maybe a matmul
+    whose weight is a graph input, which must stay out."""
+    k = draw(st.integers(2, 4))
+    widths = draw(st.lists(st.integers(1, 6), min_size=k, max_size=k))
+    follow = draw(st.lists(st.sampled_from(["none", "bias", "bias2d", "rows", "twice", "returned"]),
+                           min_size=k, max_size=k))
+    return widths, follow, draw(st.booleans()), draw(st.integers(1, 5)), draw(st.integers(0, 2 ** 31 - 1))
+
+
+@given(_readers())
+@settings(max_examples=25, deadline=None)
+def test_property_every_drawn_group_matches_float64_on_the_evaluator(case):
+    widths, follow, computed, rows, seed = case
+    fx_rng = np.random.default_rng(seed)
+    kk = 5
+    x = hf.symbol((rows, kk), "float32")
+    inputs, outs, refs = [x], [], []
+    for n, f in zip(widths, follow):
+        w = _w(fx_rng, kk, n)
+        p = hf.ops.matmul(x, hf.constant(w))
+        ref = (lambda w: lambda xa: xa @ w)(w.astype(np.float64))
+        if f in ("bias", "bias2d", "rows", "twice"):
+            b = _w(fx_rng, *({"bias": (n,), "bias2d": (1, n), "rows": (rows, n), "twice": (n,)}[f]))
+            y = hf.ops.add(p, hf.constant(b))
+            ref = (lambda r, b: lambda xa: r(xa) + b)(ref, b.astype(np.float64))
+            if f == "twice":
+                y = hf.ops.add(y, hf.ops.relu(p))
+                ref = (lambda r, w: lambda xa: r(xa) + np.maximum(xa @ w, 0))(ref, w.astype(np.float64))
+            outs.append(y)
+        else:
+            outs.append(p)
+            if f == "returned":
+                outs.append(hf.ops.relu(p))
+                refs.append(ref)
+                ref = (lambda r: lambda xa: np.maximum(r(xa), 0))(ref)
+        refs.append(ref)
+    if computed:
+        wi = hf.symbol((kk, 3), "float32")
+        inputs.append(wi)
+        outs.append(hf.ops.matmul(x, wi))
+        refs.append(lambda xa, wa=None: None)  # filled below
+    graph = _passes(outs, inputs)
+    assert sum(op.name == "matmul" for op in graph.nodes) == 1 + bool(computed)
+    fn = hf.compile(hf.trace(outs, inputs=inputs), target="evaluator")
+    arrays = [fx_rng.standard_normal(t.shape).astype(np.float32) for t in inputs]
+    got = fn(*arrays)
+    got = [got] if len(outs) == 1 else list(got)
+    xa = arrays[0].astype(np.float64)
+    want = [r(xa) for r in refs[:len(refs) - bool(computed)]]
+    if computed:
+        want.append(xa @ arrays[1].astype(np.float64))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
