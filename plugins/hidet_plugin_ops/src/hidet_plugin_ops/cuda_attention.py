@@ -65,6 +65,7 @@ __all__ = ["CudaAttention"]
 SHARED_LIMIT = 48 * 1024
 ROW_TILES = (16, 8, 4, 2)  # query rows per block of the tiled form
 CHUNK = 32  # keys per shared tile of the tiled form
+BLOCKS_PER_SM = 1  # level 0's tiled form: the largest R that still gives every SM this many blocks
 
 
 def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
@@ -325,7 +326,7 @@ def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) 
         sms = int(target.get("sm_count", 132)) if hasattr(target, "get") else 132
         entries = math.prod(int(s) for s in attributes["batch"])
         fitting = [r for r in fitting if r <= m]  # no block of mostly repeated rows (decode: M = 1)
-        busy = [r for r in fitting if entries * -(-m // r) >= sms]
+        busy = [r for r in fitting if entries * -(-m // r) >= sms * BLOCKS_PER_SM]
         return busy[0] if busy else (fitting[-1] if fitting else 1)
     rows = int(rows)
     return max([r for r in fitting if r <= rows], default=1) if rows > 1 else 1
