@@ -315,3 +315,20 @@ def test_public_path_at_space0_picks_by_the_model(cuda_env):
     # 128 rows: the mma.sync template's modelled default beats wgmma's few large tiles
     sources = {getattr(getattr(t, "scheduled", None), "source", "") for t in fn.tasks}
     assert "matmul.cuda_tensor_core" in sources, sources
+
+
+@pytest.mark.cuda
+def test_v4_short_m_candidates_match_float64_reference(cuda_env, matmul_error):
+    """The tiles of one or two warps and split-K with BK 64 (level 2, v4), cp.async and
+    register-staged (odd N / K), against float64 with poisoned outputs."""
+    from hidet_plugin_matmul.cuda_tensor_core import SMALL_TILES, _params
+
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    target = cuda_env[1]
+    space = tc_space(target, 2)
+    cands = [_params(t, 64, 4) for t in SMALL_TILES] + [_params(SMALL_TILES[0], 64, 4, 4), _params(SMALL_TILES[2], 32, 5)]
+    assert all(p in space for p in cands)
+    for a_shape, b_shape in (((67, 520), (520, 136)), ((37, 997), (997, 61)), ((2, 33, 64), (2, 64, 40))):
+        for p in cands:
+            err = matmul_error(cuda_env, CudaTensorCoreMatmul(), p, a_shape, b_shape, "float16", rng)
+            assert err < 1e-2, (p, a_shape, b_shape, err)
