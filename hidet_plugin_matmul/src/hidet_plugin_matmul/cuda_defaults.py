@@ -22,6 +22,8 @@ The model, per streaming multiprocessor (the busiest one bounds the kernel):
   blocks at the SM's rate times the tile's efficiency; their operand bytes at the SM's
   share of L2 bandwidth; one memory latency divided by the loads in flight (``stages -
   1`` per block, 1 for register-staged loads); a per-step floor (barrier, waits).
+  Fewer resident warps than the SM's warp schedulers (``conc * warps < 4``) leave
+  schedulers idle: tensor work, element loads and stores take proportionally longer.
 - Whole kernel: a fixed kernel cost plus at least every operand byte once from DRAM;
   each extra launch (split-K reduce, padding copy, layout copy) costs a kernel and the
   gap between dependent kernels; split-K adds its fp32 partials' traffic and the
@@ -57,6 +59,7 @@ EPILOGUE_CLK = 0.7  # SM clocks per output element written through the (fusible)
 PARTIAL_CLK = 0.15  # per fp32 split-K partial (plain stores)
 DRAM_BYTES_PER_S = 4.3e12  # H200's measured copy rate, when the target does not say
 REG_LOADS_PER_CLK = 2.5  # register-staged element loads an SM issues per clock (ResNet stem: 16.2 us measured)
+SCHEDULERS = 4  # warp schedulers (sub-partitions) per SM, sm_70 .. sm_90
 TIE = 0.02  # modelled times this close are a tie (see `choose`)
 
 
@@ -138,15 +141,17 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     rounds, conc = math.ceil(q / occ), min(q, occ)
     k_steps = math.ceil(math.ceil(g.k / kernel.split) / kernel.bk)
     clk = 1.0 / CLOCK_HZ
-    peak = (FFMA_FLOP_PER_CLK if kernel.fma else TENSOR_FLOP_PER_CLK) * kernel.rate
+    # an SM issues from SCHEDULERS warp schedulers: fewer resident warps leave some idle
+    issue = min(1.0, conc * kernel.threads / 32 / SCHEDULERS)
+    peak = (FFMA_FLOP_PER_CLK if kernel.fma else TENSOR_FLOP_PER_CLK) * kernel.rate * issue
     step_bytes = (kernel.bm + kernel.bn) * kernel.bk * g.elem
     compute = conc * 2 * kernel.bm * kernel.bn * kernel.bk / peak * clk
     bandwidth = conc * step_bytes / L2_BYTES_PER_CLK * clk
     in_flight = 1 if kernel.register_staged else max(1, kernel.stages - 1)
     latency = MEMORY_LATENCY_S / in_flight
-    issue = conc * (kernel.bm + kernel.bn) * kernel.bk / REG_LOADS_PER_CLK * clk if kernel.register_staged else 0.0
-    step = max(compute, bandwidth, latency, issue, STEP_FLOOR_CLK * clk)
-    stores = conc * kernel.bm * kernel.bn * (EPILOGUE_CLK if kernel.split == 1 else PARTIAL_CLK) * clk
+    loads = conc * (kernel.bm + kernel.bn) * kernel.bk / REG_LOADS_PER_CLK / issue * clk if kernel.register_staged else 0.0
+    step = max(compute, bandwidth, latency, loads, STEP_FLOOR_CLK * clk)
+    stores = conc * kernel.bm * kernel.bn * (EPILOGUE_CLK if kernel.split == 1 else PARTIAL_CLK) / issue * clk
     sm_time = rounds * (FILL_S + k_steps * step + stores)
     dram = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem * g.batch / gpu.dram_bytes_per_s
     seconds = KERNEL_S + max(sm_time, dram) + kernel.extra_launches * (KERNEL_S + LAUNCH_GAP_S)
