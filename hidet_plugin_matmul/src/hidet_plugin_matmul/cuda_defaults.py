@@ -49,14 +49,14 @@ from hidet_plugin_matmul.cuda_matmul_common import target_int
 CLOCK_HZ = 1.9e9  # SM clock under load (the targets do not report it)
 TENSOR_FLOP_PER_CLK = 4096  # dense fp16/bf16 tensor-core flops per SM per clock (sm_90)
 FFMA_FLOP_PER_CLK = 256  # fp32 FMA flops per SM per clock
-L2_BYTES_PER_CLK = 64  # what one SM can pull from L2 per clock
-MEMORY_LATENCY_S = 0.7e-6  # a load that misses to DRAM, as a pipeline sees it
-FILL_S = 1.5e-6  # a round's first tiles (DRAM latency, ramp-up) before its k-steps stream
-STEP_FLOOR_CLK = 150  # a k-step's barrier, waits and issue at least
+L2_BYTES_PER_CLK = 153  # a block's operand bytes per SM clock, beside the latency (fit, session 6)
+MEMORY_LATENCY_S = 0.30e-6  # a pipeline's load, as its k-steps see it (fit, session 6)
+FILL_S = 0.64e-6  # a round's first tiles (DRAM latency, ramp-up) before its k-steps stream
+STEP_FLOOR_CLK = 225  # a k-step's barrier, waits and issue at least
 KERNEL_S = 2.5e-6  # what any kernel costs (block scheduling, the last block's tail)
 LAUNCH_GAP_S = 1.0e-6  # between two dependent kernels of a graph replay
-EPILOGUE_CLK = 0.7  # SM clocks per output element written through the (fusible) element stores
-PARTIAL_CLK = 0.15  # per fp32 split-K partial (plain stores)
+EPILOGUE_CLK = 0.48  # SM clocks per output element written through the (fusible) element stores
+PARTIAL_CLK = 0.064  # per fp32 split-K partial (plain stores)
 DRAM_BYTES_PER_S = 4.3e12  # H200's measured copy rate, when the target does not say
 REG_LOADS_PER_CLK = 2.5  # register-staged element loads an SM issues per clock (ResNet stem: 16.2 us measured)
 SCHEDULERS = 4  # warp schedulers (sub-partitions) per SM, sm_70 .. sm_90
@@ -150,7 +150,7 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     in_flight = 1 if kernel.register_staged else max(1, kernel.stages - 1)
     latency = MEMORY_LATENCY_S / in_flight
     loads = conc * (kernel.bm + kernel.bn) * kernel.bk / REG_LOADS_PER_CLK / issue * clk if kernel.register_staged else 0.0
-    step = max(compute, bandwidth, latency, loads, STEP_FLOOR_CLK * clk)
+    step = max(compute, latency + bandwidth, loads, STEP_FLOOR_CLK * clk)
     stores = conc * kernel.bm * kernel.bn * (EPILOGUE_CLK if kernel.split == 1 else PARTIAL_CLK) / issue * clk
     sm_time = rounds * (FILL_S + k_steps * step + stores)
     dram = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem * g.batch / gpu.dram_bytes_per_s
