@@ -23,11 +23,13 @@ The model, per streaming multiprocessor (the busiest one bounds the kernel):
   share of L2 bandwidth; one memory latency divided by the loads in flight (``stages -
   1`` per block, 1 for register-staged loads); a per-step floor (barrier, waits).
   Fewer resident warps than the SM's warp schedulers (``conc * warps < 4``) leave
-  schedulers idle: tensor work, element loads and stores take proportionally longer.
+  schedulers idle: tensor work, element loads and stores take proportionally longer
+  (tensor-core kernels; measured on 1-2 warp mma.sync tiles).
 - Whole kernel: a fixed kernel cost plus at least every operand byte once from DRAM;
   each extra launch (split-K reduce, padding copy, layout copy) costs a kernel and the
-  gap between dependent kernels; split-K adds its fp32 partials' traffic and the
-  reduce's output stores spread over all SMs.
+  gap between dependent kernels; split-K adds its fp32 partials' traffic (through L2
+  when they fit in half of it, else DRAM) and the reduce's output stores spread over
+  all SMs.
 
 The constants below are per SM and per clock where they can be (so a smaller GPU of
 the same generation scales by its SM count). They were fitted to the H200 kernel
@@ -52,13 +54,14 @@ FFMA_FLOP_PER_CLK = 256  # fp32 FMA flops per SM per clock
 L2_BYTES_PER_CLK = 153  # a block's operand bytes per SM clock, beside the latency (fit, session 6)
 MEMORY_LATENCY_S = 0.30e-6  # a pipeline's load, as its k-steps see it (fit, session 6)
 FILL_S = 0.64e-6  # a round's first tiles (DRAM latency, ramp-up) before its k-steps stream
-STEP_FLOOR_CLK = 225  # a k-step's barrier, waits and issue at least
+STEP_FLOOR_CLK = 247  # a k-step's barrier, waits and issue at least
 KERNEL_S = 2.5e-6  # what any kernel costs (block scheduling, the last block's tail)
 LAUNCH_GAP_S = 1.0e-6  # between two dependent kernels of a graph replay
-EPILOGUE_CLK = 0.48  # SM clocks per output element written through the (fusible) element stores
+EPILOGUE_CLK = 0.30  # SM clocks per output element written through the (fusible) element stores
 PARTIAL_CLK = 0.064  # per fp32 split-K partial (plain stores)
 DRAM_BYTES_PER_S = 4.3e12  # H200's measured copy rate, when the target does not say
 REG_LOADS_PER_CLK = 2.5  # register-staged element loads an SM issues per clock (ResNet stem: 16.2 us measured)
+L2_PARTIAL_BYTES_PER_CLK = 76  # split-K partials through L2, per SM clock (written, then read by the reduce)
 SCHEDULERS = 4  # warp schedulers (sub-partitions) per SM, sm_70 .. sm_90
 TIE = 0.02  # modelled times this close are a tie (see `choose`)
 
@@ -73,6 +76,7 @@ class Gpu:
     smem_per_sm: int
     regs_per_sm: int
     dram_bytes_per_s: float
+    l2_bytes: int = 50 << 20
 
     @classmethod
     def from_target(cls, target: Any) -> "Gpu":
@@ -82,7 +86,7 @@ class Gpu:
             dram = 0.85 * 2 * clock_khz * 1e3 * bus / 8
         return cls(target_int(target, "sm_count", 132), target_int(target, "max_threads_per_sm", 2048),
                    target_int(target, "max_blocks_per_sm", 32), target_int(target, "smem_per_sm", 228 * 1024),
-                   target_int(target, "regs_per_sm", 64 * 1024), dram)
+                   target_int(target, "regs_per_sm", 64 * 1024), dram, target_int(target, "l2_bytes", 50 << 20))
 
 
 @attrs.frozen
@@ -142,7 +146,8 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     k_steps = math.ceil(math.ceil(g.k / kernel.split) / kernel.bk)
     clk = 1.0 / CLOCK_HZ
     # an SM issues from SCHEDULERS warp schedulers: fewer resident warps leave some idle
-    issue = min(1.0, conc * kernel.threads / 32 / SCHEDULERS)
+    # (measured on mma.sync tiles of 1-2 warps; the SIMT kernels' FMA tiles are not priced so)
+    issue = 1.0 if kernel.fma else min(1.0, conc * kernel.threads / 32 / SCHEDULERS)
     peak = (FFMA_FLOP_PER_CLK if kernel.fma else TENSOR_FLOP_PER_CLK) * kernel.rate * issue
     step_bytes = (kernel.bm + kernel.bn) * kernel.bk * g.elem
     compute = conc * 2 * kernel.bm * kernel.bn * kernel.bk / peak * clk
@@ -156,9 +161,11 @@ def modelled_seconds(g: Gemm, kernel: Kernel, gpu: Gpu) -> float:
     dram = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem * g.batch / gpu.dram_bytes_per_s
     seconds = KERNEL_S + max(sm_time, dram) + kernel.extra_launches * (KERNEL_S + LAUNCH_GAP_S)
     seconds += kernel.extra_bytes / gpu.dram_bytes_per_s
-    if kernel.split > 1:  # partials written and read in fp32; the reduce launch stores the outputs
+    if kernel.split > 1:  # partials written and read in fp32 (from L2 where they fit); the reduce stores
         outputs = g.m * g.n * g.batch
-        seconds += 2 * kernel.split * outputs * 4 / gpu.dram_bytes_per_s + KERNEL_S + LAUNCH_GAP_S
+        partials = 2 * kernel.split * outputs * 4
+        rate = gpu.sms * L2_PARTIAL_BYTES_PER_CLK * CLOCK_HZ if 2 * partials <= gpu.l2_bytes else gpu.dram_bytes_per_s
+        seconds += partials / rate + KERNEL_S + LAUNCH_GAP_S
         seconds += outputs * EPILOGUE_CLK / gpu.sms * clk
     return seconds
 

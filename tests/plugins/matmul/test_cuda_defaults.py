@@ -106,7 +106,7 @@ def test_tensor_core_defaults_fill_the_gpu(make_target):
         assert fixed >= sms or got >= fixed  # where v3's fixed tile left SMs idle, never fewer blocks
         assert seconds <= CudaTensorCoreMatmul().estimate(*matmul_task((m, k), (k, n), "float16"), DEFAULT, target)
     # few tiles, long K: split-K; a large square: one big tile per block, no split, full waves
-    for m, n, k in [(512, 49, 4608), (16, 4096, 4096)]:
+    for m, n, k in [(512, 49, 4608)] + ([(128, 768, 3072)] if sms > 100 else []):
         assert tc_auto(ops_of(m, n, k), 2, target)[0]["split_k"] > 1, (m, n, k)
     p = tc_auto(ops_of(4096, 4096, 4096), 2, target)[0]
     assert p["split_k"] == 1 and p["block_m"] * p["block_n"] >= 128 * 128
@@ -332,3 +332,22 @@ def test_v4_short_m_candidates_match_float64_reference(cuda_env, matmul_error):
         for p in cands:
             err = matmul_error(cuda_env, CudaTensorCoreMatmul(), p, a_shape, b_shape, "float16", rng)
             assert err < 1e-2, (p, a_shape, b_shape, err)
+
+
+@pytest.mark.cuda
+def test_skinny_default_matches_float64_reference(cuda_env, matmul_error):
+    """The skinny wgmma template's modelled default (level 0, v2), split-K or not."""
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
+
+    target = cuda_env[1]
+    if target.arch not in ("sm_90", "sm_90a"):
+        pytest.skip("wgmma needs an sm_90 GPU")
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    t = CudaHopperSkinnyMatmul()
+    splits = set()
+    for a_shape, b_shape in (((37, 3072), (3072, 136)), ((130, 776), (776, 264)), ((2, 16, 512), (2, 512, 72))):
+        task, attrs = matmul_task(a_shape, b_shape, "float16")
+        splits.add(t.build(task, attrs, {"auto": 1}, target).params["split"])
+        err = matmul_error(cuda_env, t, {"auto": 1}, a_shape, b_shape, "float16", rng)
+        assert err < 1e-2, (a_shape, b_shape, err)
+    assert 1 in splits and max(splits) > 1, splits  # the model picks both kinds on these shapes
