@@ -36,8 +36,16 @@ the same generation scales by its SM count). They were fitted to the H200 kernel
 times of docs/perf_notes.md ("GPU models, session 5": the wgmma default at 128 x 768
 x 768 / 3072 and the convolutions of ResNet-50 at batch 1: ~4.6 us of fixed cost a
 kernel, 0.67 us a 128x256x64 k-step, the epilogue's cost per element) and to
-mma.sync's best being ~0.8 of the wgmma kernel's at 4096^3. They rank candidates;
-absolute times are within ~30% on those kernels.
+mma.sync's best being ~0.8 of the wgmma kernel's at 4096^3. Session 6 refitted the
+per-step, fill, epilogue and split-K constants (`scripts/fit_gemm_model.py`, each kept
+within 2.5x of its session-5 value; launch costs and instruction rates kept) on 227
+mma.sync / wgmma / skinny-wgmma candidates of 128 x 768 x 768 and 128 x 768 x 3072
+timed by graph replay with weights from DRAM (docs/perf_notes.md, "GPU models, session
+6"): rank correlation 0.89-0.97 per template and shape, ~20% mean error; the k-step
+became latency / loads in flight *plus* the block's operand transfer (a 64x64 tile's
+12 k-steps measured ~1.5 us slower than a 32x32 tile's at one block per SM). Some
+constants are effective rather than physical (the operand transfer's 153 bytes a
+clock). They rank candidates; absolute times are within ~25% on the fitted kernels.
 """
 from __future__ import annotations
 
