@@ -3,17 +3,19 @@
 its constants.
 
     python scripts/fit_gemm_model.py --json OUT/gemm_fit.json              # report
-    python scripts/fit_gemm_model.py --json OUT/gemm_fit.json --fit        # + refit
+    python scripts/fit_gemm_model.py --json OUT/gemm_fit.json --fit --fixed KERNEL_S,LAUNCH_GAP_S  # + refit
     python scripts/fit_gemm_model.py --choices                             # picks only
     python scripts/fit_gemm_model.py --choices --set KERNEL_S=2e-6 --set MMA_SYNC_RATE=0.6
 
 Report, per shape: the fastest measured candidate, the level-0 pick (the tuner's
 `candidates_of` at level 0: each template's modelled default, the least wins) with its
 measured time, and the model's rank correlation with the measurements per template.
-`--fit`: coordinate search of the constants (multiplicative steps) minimising the
-squared log error between modelled and measured (``cold_us``: graph replay, weights from
-DRAM) over the candidates of templates with a model, weighted towards the fast end
-(where the choice is made). `--choices`: the H200 target's level-0 pick for a list of
+`--fit`: coordinate search of the constants (multiplicative steps, from session 5's
+values `PRIOR`, each kept within `BOUND` of it; `FIXED` and ``--fixed`` ones left alone)
+minimising the squared log error between modelled and measured (``cold_us``: graph
+replay, weights from DRAM) over the candidates of templates with a model, weighted
+towards the fast end (where the choice is made), plus the log regret of each shape's
+modelled favourite. It prints the constants; copying them into `cuda_defaults` is by hand. `--choices`: the H200 target's level-0 pick for a list of
 GEMMs and ResNet-50's convolutions (the before / after table of docs/perf_notes.md).
 """
 from __future__ import annotations
