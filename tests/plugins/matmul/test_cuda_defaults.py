@@ -183,6 +183,29 @@ def test_level0_weighs_the_modelled_defaults_of_the_templates():
     assert cand.template.name == "matmul.cuda_wgmma"
 
 
+def test_level0_takes_the_skinny_default_where_modelled_fastest_but_never_for_a_prologue():
+    from hidet_framework.fusion.plan import PROLOGUE_INPUTS_ATTRIBUTE
+    from hidet_framework.tuner import candidates_of
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
+
+    target = h200()
+
+    def pick(m, n, k, prologue=False):
+        task, attrs = matmul_task((m, k), (k, n), "float16")
+        if prologue:
+            attrs = dict(attrs, **{PROLOGUE_INPUTS_ATTRIBUTE: (0,)})
+        (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0, task, attrs)
+        return cand.template.name, attrs, task
+
+    # W1 (docs/perf_notes.md, session 6): skinny split 8 measured fastest at 128x768x3072
+    assert pick(128, 768, 3072)[0] == "matmul.cuda_hopper_skinny"
+    assert pick(16, 768, 768)[0] == "matmul.cuda_hopper_skinny"
+    name, attrs, task = pick(128, 768, 3072, prologue=True)  # cp.async operands cannot take the GELU
+    assert name == "matmul.cuda_tensor_core"
+    assert CudaHopperSkinnyMatmul().estimate(task, attrs, {"auto": 1}, target) == math.inf
+    assert pick(4096, 4096, 4096 // 16 * 16)[0] == "matmul.cuda_wgmma"  # M > 256: skinny does not apply
+
+
 class _Fake:
     operator, target, version = "matmul", "cuda", "1"
 
