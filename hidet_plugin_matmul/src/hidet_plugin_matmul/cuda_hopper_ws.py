@@ -52,7 +52,8 @@ from hidet_plugin_matmul.cuda_ir_builders import block_tile, guard, select, seq_
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_defaults import Gemm, Gpu, is_auto, modelled_seconds, resolve
 from hidet_plugin_matmul.cuda_hopper_ws_space import (BK, DEFAULT, EPI_PITCH, PRODUCER_REGS, CONSUMER_REGS,  # noqa: F401
-                                                       ws_auto, ws_config, ws_kernel, ws_legal, ws_space, ws_splits)
+                                                       model_opted_in, ws_auto, ws_config, ws_kernel, ws_legal, ws_space,
+                                                       ws_splits)
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
@@ -84,8 +85,11 @@ class CudaHopperWsMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return ws_space(target, level)
 
-    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
-        """Modelled seconds of `params` (``auto``: of the candidate it resolves to)."""
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> Any:
+        """Modelled seconds of `params` (``auto``: of the candidate it resolves to); None
+        (no model: the template competes by priority) unless `model_opted_in`."""
+        if not model_opted_in():
+            return None
         ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
         if prologue_inputs(attributes):  # the TMA reads A and B, not the IR's loads: no prologue graft
             return math.inf
@@ -99,6 +103,8 @@ class CudaHopperWsMatmul(Template):
         dtype = task_dtype(task)
         params = resolve(params, lambda: ws_auto(ops.m, ops.n, ops.k, ops.batch, data_type(dtype).nbytes, target)[0])
         p = dict(DEFAULT, **params)
+        if ws_splits(ops.k, p["split"]) == 1:  # K too short to slice: the unsplit kernel
+            p["split"] = 1
         if ops.k % 8 or ops.n % 8:
             raise ValueError(f"{self.name}: rows of A and B must be 16-byte aligned (K, N multiples of 8), "
                              f"got K={ops.k}, N={ops.n}")

@@ -12,6 +12,7 @@ prices cheapest for the task's shape.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Kernel, choose, is_auto, tile_efficiency
@@ -42,18 +43,31 @@ def ws_legal(params: Mapping[str, Any], target: Any) -> bool:
             and (params.get("split", 1) == 1 or params.get("cluster", 1) == 1))  # 3: ptxas wants >= 154 registers under a 128 cap
 
 
+MODEL_ENV = "HIDET_FRAMEWORK_HOPPER_WS_MODEL"
+
+
+def model_opted_in() -> bool:
+    """Whether the cost-model path is on (``HIDET_FRAMEWORK_HOPPER_WS_MODEL=1``): level 0
+    becomes ``{"auto": 1}`` and the template gets an `estimate`, so the tuner's level 0
+    can pick it. Off by default: the fused (grafted) form of the staged epilogue and the
+    model-chosen configurations have not yet run on a GPU (W2 of session 6 was refused)."""
+    return os.environ.get(MODEL_ENV) == "1"
+
+
 def ws_space(target: Any, level: int) -> list[dict]:
     """Tile shapes from the register file (<= 128 accumulators a consumer thread), as
     many stages as shared memory holds (at most 8) and fewer, raster on or off with the
-    most stages, split-K for the narrow tiles, at level 2 the direct epilogue too; empty
-    on anything but sm_90. Not in the space (measured slower on the H200, W1 of session
-    6, perf_notes): two-block clusters (x0.6 at 4096^3, persistent or not) and the
-    non-persistent grid (-1.5%); both stay buildable by asking for them."""
+    most stages; empty on anything but sm_90. Level 1 (all run on the H200 in W1 of
+    session 6): the staged epilogue, split-K 2 / 4 for the narrow tiles. Level 2 adds
+    session 5's direct-epilogue kernels. Not in the space (measured slower, W1):
+    two-block clusters (x0.6 at 4096^3, persistent or not) and the non-persistent grid
+    (-1.5%); both stay buildable by asking for them."""
     if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
         return []
+    head = [dict(AUTO)] if model_opted_in() else []
     if level == 0:
-        return [dict(AUTO)]
-    out = [dict(AUTO), DEFAULT]
+        return head or [DEFAULT]
+    out = head + [DEFAULT]
 
     def add(p: dict) -> None:
         p = dict(DEFAULT, **p)
@@ -63,22 +77,24 @@ def ws_space(target: Any, level: int) -> list[dict]:
     # (2, 1, 64): few rows (M <= 128) get N / 64 tiles, enough blocks to stream B at full rate
     shapes = [(2, 1, 256), (2, 1, 128), (2, 2, 128), (2, 1, 64), (1, 2, 256), (1, 2, 128), (2, 1, 192),
               (1, 1, 256), (1, 2, 64)]
-    if level >= 1:
-        smem = target_int(target, "smem_per_block_optin", 227 * 1024)
-        for c, mt, bn in shapes[: 4 if level == 1 else len(shapes)]:
-            staging = ws_config(dict(DEFAULT, consumers=c, m_tiles=mt, block_n=bn, stages=0))["smem"]
-            most = (smem - 1024 - staging) // ((64 * c * mt + bn) * BK * 2)
-            top = min(most, 8)
-            counts = {top, top - 1} if level == 1 else {top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))
-            for stages in sorted(counts):
+    smem = target_int(target, "smem_per_block_optin", 227 * 1024)
+    for c, mt, bn in shapes[:4]:  # staged epilogue: the shared chunks come off the ring
+        staging = ws_config(dict(DEFAULT, consumers=c, m_tiles=mt, block_n=bn, stages=0))["smem"]
+        top = min((smem - 1024 - staging) // ((64 * c * mt + bn) * BK * 2), 8)
+        for stages in (top - 1, top):
+            for raster in ((0, 8) if stages == top else (0,)):
+                add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
+            if c == 2 and mt == 1 and bn <= 128 and stages == top:
+                # few rows: K slices over the multiprocessors the N tiles leave idle (+ a reduce launch)
+                for split in (2, 4):
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
+    if level >= 2:  # session 5's kernels: the accumulators straight from the wgmma fragments
+        for c, mt, bn in shapes:
+            top = min((smem - 1024) // ((64 * c * mt + bn) * BK * 2), 8)
+            for stages in sorted({top, top - 1, top - 2, 4, 3} & set(range(3, top + 1))):
                 for raster in ((0, 8) if stages == top else (0,)):
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster})
-                if c == 2 and mt == 1 and bn <= 128 and stages == top:
-                    # few rows: K slices over the multiprocessors the N tiles leave idle (+ a reduce launch)
-                    for split in ((2, 4) if level == 1 else (2, 3, 4, 8)):
-                        add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "split": split})
-                if level >= 2 and stages == top:  # the accumulators straight from the wgmma fragments
-                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "epilogue": 0})
+                    add({"consumers": c, "m_tiles": mt, "block_n": bn, "stages": stages, "raster": raster,
+                         "epilogue": 0})
     return out
 
 

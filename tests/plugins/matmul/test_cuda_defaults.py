@@ -174,10 +174,9 @@ def test_level0_weighs_the_modelled_defaults_of_the_templates():
         task, attrs = matmul_task((m, k), (k, n), "float16")
         (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0, task, attrs)
         names[shape] = cand.template.name
-    # the warp-specialised TMA kernel: its narrow tiles fill the H200 at 128 rows, its
-    # staged epilogue and run-ahead loads win at 4096^3 (measured: perf_notes, session 6)
-    assert names[(128, 768, 768)] == "matmul.cuda_hopper_ws"
-    assert names[(4096, 4096, 4096)] == "matmul.cuda_hopper_ws"
+    # a few wgmma tiles without split-K idle the H200 at 128 rows; mma.sync fills it
+    assert names[(128, 768, 768)] == "matmul.cuda_tensor_core"
+    assert names[(4096, 4096, 4096)] == "matmul.cuda_wgmma"
     assert names[(1, 768, 768)] == "matmul.cuda_gemv"  # no model: its priority (4) decides
     task, attrs = matmul_task((128, 768), (768, 768), "float16")
     (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0)  # no task: priority only
@@ -204,8 +203,7 @@ def test_level0_takes_the_skinny_default_where_modelled_fastest_but_never_for_a_
     name, attrs, task = pick(128, 768, 3072, prologue=True)  # cp.async operands cannot take the GELU
     assert name == "matmul.cuda_tensor_core"
     assert CudaHopperSkinnyMatmul().estimate(task, attrs, {"auto": 1}, target) == math.inf
-    # M > 256: skinny does not apply; the TMA kernel (measured 0.97x cuBLAS, wgmma 0.68x)
-    assert pick(4096, 4096, 4096 // 16 * 16)[0] == "matmul.cuda_hopper_ws"
+    assert pick(4096, 4096, 4096 // 16 * 16)[0] == "matmul.cuda_wgmma"  # M > 256: skinny does not apply
 
 
 class _Fake:

@@ -86,7 +86,7 @@ def test_level0_picks_a_template_that_takes_the_prologue():
     from hidet_framework.tuner import candidates_of
 
     target = _target()
-    for prologue, want in ((True, "matmul.cuda_tensor_core"), (False, "matmul.cuda_hopper_ws")):
+    for prologue, want in ((True, "matmul.cuda_tensor_core"), (False, "matmul.cuda_wgmma")):
         group = _group(2048, 2048, 2048, prologue)
         task, attrs = group.anchor_member.task, group.anchor_attributes()
         templates = [t for t in plugin_host().templates.templates_for("matmul", "cuda") if t.applies(task, attrs)]
