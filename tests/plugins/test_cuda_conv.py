@@ -165,7 +165,7 @@ class _Probe:
     """Stands for x while the gather runs on host ints: returns the index read."""
 
     def __getitem__(self, index):
-        return tuple(int(i) for i in index)
+        return tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
 
 
 def im2col(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
@@ -192,15 +192,21 @@ def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.nd
     for t in range(threads):
         ai, aj = (int(v) for v in gather.copy.origin(t))
         rn, rh, rw = zip(*[gather.window_origin(m0 + ai + di) for di in gather.rows])
-        for (di, dj), (index, ok) in zip(gather.copy.deltas, gather.taps(_Probe(), rn, rh, rw, gz, kbase, aj)):
+        cols = gather.column_state(kbase, aj, gz) if gather.async_copy else None
+        taps = gather.taps(_Probe(), rn, rh, rw, gz, kbase, aj, cols)
+        for (di, dj), (index, ok) in zip(gather.copy.deltas, taps):
             assert ok in (True, False)
+            # the cp.async path reads x by flat offset (one index), the register path by 4
+            assert len(index) == (1 if gather.async_copy else 4)
             if ok and vec > 1:
                 assert index[-1] % 8 == 0, "a 16-byte chunk starts at a multiple of 8 channels"
             if not ok:
                 assert all(i == 0 for i in index), "a refused copy still forms an address past x"
+            flat = index[0] if len(index) == 1 else int(np.ravel_multi_index(index, xs.shape))
+            assert 0 <= flat and flat + vec <= xs.size, "an address outside x"
             for v in range(vec):
                 assert np.isnan(tile[ai + di, aj + dj + v]), "copied twice"
-                tile[ai + di, aj + dj + v] = xs[index[:-1] + (index[-1] + v,)] if ok else 0.0
+                tile[ai + di, aj + dj + v] = xs.reshape(-1)[flat + v] if ok else 0.0
     assert not np.isnan(tile).any(), "an element of the tile is never copied"
     return tile
 

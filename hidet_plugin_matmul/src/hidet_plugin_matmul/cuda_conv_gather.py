@@ -7,12 +7,17 @@ check, thread by thread, that the copies of every tile reproduce the im2col matr
 (zero in the padding, past M and past K) without forming an address outside x.
 
 - Rows: before the k-loop each thread decomposes the few output pixels its copies
-  touch (its A deltas' rows) into batch index and window origin (``oh*sh - top``,
-  ``ow*sw - left``), kept in registers; a pixel past M gets origin row `FAR`, which
-  the ``ih >= 0`` check refuses.
-- Columns: per k-tile, column k = (kh, kw, c) once per distinct column delta; a copy
-  is then two adds and the bound checks the static shape leaves (none inside the
-  image of an unpadded convolution).
+  touch (its A deltas' rows) into window origin (``oh*sh - top``, ``ow*sw - left``)
+  and, on the cp.async path, the flat NHWC offset of that origin (else the batch
+  index), kept in registers; a pixel past M gets origin row `FAR`, which the ``ih >=
+  0`` check refuses.
+- Columns: per k-tile, column k = (kh, kw, c) once per distinct column delta. On the
+  cp.async path (`column_state`) the kernel keeps (kh*dh, kw*dw, flat offset of the
+  tap) in registers, so a copy is three adds, the bound checks the static shape
+  leaves (none inside the image of an unpadded convolution) and one select: the
+  window's divisions and the 4-D index products are not repeated per 16-byte chunk
+  (H200, batch 8: they made the 3x3 stride-1 kernels issue-bound, ~740 instructions
+  a 128x64x64 k-tile against 64 mma).
 - Staging (`conv_staging`): "cp" (x NHWC, C/G % 8 == 0: 16-byte chunks of 8
   channels), "nhwc" (x NCHW, C/G % 8 == 0: the template copies x to NHWC first and
   runs "cp" on the copy), "reg" (anything else: element reads, pixel-major threads).
@@ -84,24 +89,48 @@ class ConvGather:
         return p // (oh * ow), p // ow % oh, p % ow
 
     def window_origin(self, p: Any) -> tuple:
-        """(n, first image row, first image column) of pixel p's window (row FAR past M)."""
+        """Pixel p's row registers: (flat NHWC offset of its window origin on the cp.async
+        path, else its batch index; first image row, FAR past M; first image column)."""
         g = self.geo
         n, oy, ox = self.pixel(p)
-        h0 = oy * g.stride[0] - g.pads[0]
-        return n, (h0 if self.m_whole else select(p < g.m, h0, FAR)), ox * g.stride[1] - g.pads[1]
+        h0, w0 = oy * g.stride[0] - g.pads[0], ox * g.stride[1] - g.pads[1]
+        first = ((n * g.height + h0) * g.width + w0) * g.channels if self.async_copy else n
+        return first, (h0 if self.m_whole else select(p < g.m, h0, FAR)), w0
 
-    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, aj: Any) -> list:
-        """For each A delta (di, dj) of the thread at column aj (rn/rh/rw[r]: the window
-        origin of its row r): (x element read, whether it is in the image and k < K);
-        outside, the coordinates are clamped to 0 (the copy reads nothing there)."""
+    def column_state(self, kbase: Any, aj: Any, gz: Any) -> list:
+        """cp.async path: per distinct column delta of the thread at column aj, the
+        tap's (row shift, column shift, flat NHWC offset) for the k-tile at kbase."""
         g = self.geo
+        out = []
+        for dj in self.cols:
+            r, q, c = g.tap(kbase + aj + dj)
+            dh, dw = r * g.dilation[0], q * g.dilation[1]
+            out.append((dh, dw, (dh * g.width + dw) * g.channels + (gz * g.cg + c if g.groups > 1 else c)))
+        return out
+
+    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, aj: Any, cols: Any = None) -> list:
+        """For each A delta (di, dj) of the thread at column aj (rn/rh/rw[r]: the row
+        registers of its row r, `window_origin`): (x element read, whether it is in the
+        image and k < K); outside, the read is clamped to element 0 (the copy reads
+        nothing there). cp.async path: `cols[j]` is `column_state`'s entry of column
+        j (registers in the kernel) and the read is a flat offset into x."""
+        g = self.geo
+        h_lo, h_hi, w_lo, w_hi = self.known
+        out = []
+        if self.async_copy:
+            for di, dj in self.copy.deltas:
+                j, r = self.cols.index(dj), self.rows.index(di)
+                dh, dw, off = cols[j]
+                ih, iw = rh[r] + dh, rw[r] + dw
+                ok = guard([(h_lo, ih >= 0), (h_hi, ih < g.height), (w_lo, iw >= 0), (w_hi, iw < g.width),
+                            (self.k_whole, kbase + aj + dj < g.k)])
+                out.append((x[select(ok, rn[r] + off, 0)], ok))
+            return out
         taps = {}
         for dj in self.cols:
             kk = kbase + aj + dj
             r, q, c = g.tap(kk)
             taps[dj] = (kk, r * g.dilation[0], q * g.dilation[1], gz * g.cg + c if g.groups > 1 else c)
-        h_lo, h_hi, w_lo, w_hi = self.known
-        out = []
         for di, dj in self.copy.deltas:
             kk, dh, dw, ch = taps[dj]
             r = self.rows.index(di)

@@ -100,9 +100,12 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         return seq_of([mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
                        for mi in range(mt) for ni in range(nt)])
 
-    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
+    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, cs, aj, bi, bj):
         out = []
-        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
+        for j, values in enumerate(gather.column_state(kbase, aj, gz)):  # once per k-tile, in registers
+            out += [store(cs[v, j], e) for v, e in enumerate(values)]
+        cols = [(cs[0, j], cs[1, j], cs[2, j]) for j in range(len(gather.cols))]
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj, cols)):
             base, const = sta_plan.uses[t]
             out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
         out.append(cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (kp, np_),
@@ -166,16 +169,18 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         ai, aj = a_origin(tid)
         bi, bj = b_origin(tid)
         for r, di in enumerate(a_rows):
-            n_, h0, w0 = gather.window_origin(m0 + ai + di)
-            rn[r] = n_
+            first, h0, w0 = gather.window_origin(m0 + ai + di)
+            rn[r] = first
             rh[r] = h0
             rw[r] = w0
         for mi, ni, e in grid3(mt, nt, 4):
             acc[mi, ni, e] = 0.0
         if async_copy:
+            cs = register_tensor(i32, [3, len(gather.cols)])  # column_state of the k-tile being copied
             for s in static_range(stages - 1):
                 if s < tiles:
-                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, cs, aj, bi,
+                               bj)
                 cu.cp_async_commit_group()
             cu.cp_async_wait_group(stages - 2)
         else:
@@ -192,7 +197,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
                     if async_copy:
                         if kt + stages - 1 < tiles:
                             copy_tiles(x, w, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
-                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, cs, aj, bi, bj)
                         cu.cp_async_commit_group()
                     else:
                         if kt + 1 < tiles:
