@@ -4,12 +4,13 @@ cost model's estimate beside each (which candidate the model should pick).
     python bench/conv_sweep.py --shapes 3x3_128_128_28,3x3_256_256_14 --batch 8 [--top 8] [--repeat 20]
 
 For every shape: the level-2 candidates with the least modelled time (``--top``), the
-best two of other kinds (split-K, BK = 32, 5 stages, register-staged) and the space-0 default
-(``auto``), built in parallel processes first, then each timed as
-the bench times ours (`conv.py`: device time of all its launches, CUDA events after a
-spin kernel, medians of interleaved runs), torch's cuDNN conv interleaved with them.
-Inputs NCHW fp16 as in a model (the NHWC copy launch counted where the candidate has
-one); every candidate's output is checked against torch's float64 conv first.
+best two of other kinds (split-K, BK = 32, 5 stages, register-staged) and the space-0
+default (``auto``; on channels-first 1x1 shapes also the default through the NHWC
+copy), built in parallel processes first, then each timed as the bench times ours
+(`conv.py`: device time of all its launches, CUDA events after a spin kernel, medians
+of interleaved runs), torch's cuDNN conv interleaved with them. Inputs NCHW fp16 as in
+a model (the NHWC copy launch counted where the candidate has one); every candidate's
+output is checked against torch's float64 conv first.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def main() -> None:
     from hidet_framework.runtime.compiled_task import build_in_parallel, compile_scheduled
     from hidet_plugin_cuda import CudaBackend
     from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm, conv_kernel, conv_space
+    from hidet_plugin_matmul.cuda_conv_gather import channels_first, conv_staging
     import hidet_framework as hf
     from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm
     from hidet_plugin_matmul.cuda_defaults import Gemm, Gpu, modelled_seconds
@@ -60,6 +62,8 @@ def main() -> None:
                  lambda q: q.get("reg_stage"))
         for want in kinds:
             picks += [r for r in ranked if want(r[1]) and r not in picks][:2]  # a few of other kinds
+        if channels_first(geo):  # the same default through the NHWC copy, for comparison
+            picks.insert(1, (0.0, {"auto": 1, "nhwc": 1}))
         jobs += [(name, geo, p, est) for est, p in picks]
     def task_of(geo):  # the conv2d_igemm operator's task and attributes, as the rewrite makes them
         y = conv2d_igemm(hf.symbol(geo.x_shape, "float16"), hf.symbol(geo.w_shape, "float16"), geo)
@@ -113,7 +117,7 @@ def main() -> None:
         label = "auto -> " if p.get("auto") else ""
         q = st.params
         cand = (f"{label}{q['block_m']}x{q['block_n']}x{q['block_k']} w{q['warps_m']}x{q['warps_n']} "
-                f"s{q['stages']} sk{q['split_k']}{' reg' if q.get('reg_stage') else ''}")
+                f"s{q['stages']} sk{q['split_k']} {conv_staging(geo, q)}")
         print(f"| {name} | {cand} | {est * 1e6:.1f} | {med['ours']:.1f} | {med['cudnn']:.1f} | "
               f"{med['cudnn'] / med['ours']:.2f}x | {len(st.launches)} | {error:.1e} |", flush=True)
 

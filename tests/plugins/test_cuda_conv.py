@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -27,6 +28,7 @@ CASES = [
     (3, 32, 5, 5, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # pointwise, prime O
     (1, 8, 11, 7, 8, (5, 5), (2, 3), (2, 2, 1, 0), (1, 2), 1),       # asymmetric everything
     (1, 7, 6, 5, 13, (2, 3), (1, 1), (0, 1, 1, 0), (1, 1), 1),       # prime C and O
+    (2, 13, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # channels-first 1x1 (H*W % 8 == 0), M % 64
 ]
 
 
@@ -158,6 +160,44 @@ def test_launches_follow_the_staging():
     assert len(t.build(*task_of(nhwc, "float16"), space[0], target).launches) == 1
     st = t.build(*task_of(odd, "bfloat16"), split, target)
     assert [w.name for w in st.workspace] == ["conv_split_k_partials"] and len(st.launches) == 2
+    # a 1x1 stride-1 unpadded conv of NCHW x with H*W % 8 == 0 reads x as it lies (no copy),
+    # unless a candidate asks for the copy; any other 1x1 (padded, strided, odd plane) copies
+    pointwise = geometry(CASES[6])
+    assert conv_staging(pointwise, space[0]) == "cf" and conv_staging(pointwise, dict(space[0], nhwc=1)) == "reg"
+    st = t.build(*task_of(pointwise, "float16"), space[0], target)
+    assert not st.workspace and [b.kind for b in st.launches[0].buffers] == ["input", "input", "output"]
+    for other in (geometry(CASES[3]), attrs.evolve(pointwise, stride=(2, 2)), attrs.evolve(pointwise, pads=(0, 0, 0, 1)),
+                  geometry(CASES[6], "nhwc")):
+        assert conv_staging(other, space[0]) != "cf"
+
+
+def _fused_pointwise(prologue: bool):
+    """[mul ->] conv 1x1 (channels-first shape) -> add -> relu through the graph passes:
+    the group and the fused ScheduledTask of the default candidate."""
+    from hidet_framework.driver.graph_compiler import evaluate_constants
+    from hidet_framework.fusion import FUSION_PASSES, fuse_group
+    from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
+    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+
+    x = hf.symbol((2, 16, 4, 6), "float16")
+    w, b = hf.constant(np.ones((19, 16, 1, 1), np.float16)), hf.constant(np.ones((19,), np.float16))
+    graph = hf.trace(hf.ops.relu(hf.ops.conv2d(hf.ops.mul(x, 2.0) if prologue else x, w, b)), inputs=[x])
+    ctx = GraphPassContext(target="cuda", evaluate=evaluate_constants)
+    (op,) = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES).nodes
+    group = op.attributes[GROUP_ATTRIBUTE]
+    t = CudaConvImplicitGemm()
+    built = t.build(group.anchor_member.task, group.anchor_attributes(), t.space(_target(), 0)[0], _target())
+    return group, fuse_group(built, group)
+
+
+def test_channels_first_takes_the_copy_when_x_has_a_prologue():
+    group, fused = _fused_pointwise(False)
+    assert group.describe() == "[conv2d_igemm] -> add -> relu"
+    assert [launch.function[-3:] for launch in fused.launches] == ["_cf"]
+    group, fused = _fused_pointwise(True)  # cp.async reads of x would refuse the mul: the copy takes it
+    assert group.describe() == "mul -> [conv2d_igemm] -> add -> relu"
+    names = [launch.function for launch in fused.launches]
+    assert len(names) == 2 and names[0].endswith("_nhwc_nhwc") and names[1].endswith("_sk1_nhwc")
 
 
 # ------------------------------------------------- the gather, emulated on ints
@@ -191,9 +231,9 @@ def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.nd
     threads = gather.copy.mapping.num_workers
     for t in range(threads):
         ai, aj = (int(v) for v in gather.copy.origin(t))
-        rn, rh, rw = zip(*[gather.window_origin(m0 + ai + di) for di in gather.rows])
-        cols = gather.column_state(kbase, aj, gz) if gather.async_copy else None
-        taps = gather.taps(_Probe(), rn, rh, rw, gz, kbase, aj, cols)
+        rn, rh, rw = zip(*[gather.window_origin(gather.row_pixel(m0, ai, aj, d)) for d in gather.rows])
+        cols = gather.column_state(kbase, ai, aj, gz) if gather.async_copy else None
+        taps = gather.taps(_Probe(), rn, rh, rw, gz, kbase, ai, aj, cols)
         for (di, dj), (index, ok) in zip(gather.copy.deltas, taps):
             assert ok in (True, False)
             # the cp.async path reads x by flat offset (one index), the register path by 4
@@ -204,9 +244,10 @@ def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.nd
                 assert all(i == 0 for i in index), "a refused copy still forms an address past x"
             flat = index[0] if len(index) == 1 else int(np.ravel_multi_index(index, xs.shape))
             assert 0 <= flat and flat + vec <= xs.size, "an address outside x"
-            for v in range(vec):
-                assert np.isnan(tile[ai + di, aj + dj + v]), "copied twice"
-                tile[ai + di, aj + dj + v] = xs.reshape(-1)[flat + v] if ok else 0.0
+            for v in range(vec):  # a chunk runs along k (pixels under channels-first: tile stored [k, m])
+                at = (aj + dj + v, ai + di) if gather.k_major else (ai + di, aj + dj + v)
+                assert np.isnan(tile[at]), "copied twice"
+                tile[at] = xs.reshape(-1)[flat + v] if ok else 0.0
     assert not np.isnan(tile).any(), "an element of the tile is never copied"
     return tile
 
@@ -257,7 +298,7 @@ def test_candidates_and_fused_epilogue_compile_to_sm90(tmp_path, monkeypatch):
     space = t.space(target, 1)
     split = next(p for p in space if p.get("split_k", 1) > 1)
     jobs = [(geometry(CASES[0]), "float16", space[0]), (geometry(CASES[2], "nhwc"), "bfloat16", split),
-            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3])]
+            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", space[0])]
     makers = [lambda j=j: t.build(*task_of(j[0], j[1]), j[2], target) for j in jobs]
     results = build_in_parallel(makers, CudaBackend(), target, workers=2)
     assert not [err for _, _, err, _ in results if err]
@@ -360,7 +401,7 @@ def test_candidates_match_float64_reference(cuda_env, built, case, combo, rng):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2]], ids=str)
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2], CASES[6]], ids=str)
 def test_public_path_conv_bias_relu(cuda_env, case, rng):
     geo = geometry(case)
     x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width)).astype(np.float16)

@@ -8,8 +8,10 @@ rule: plugins register in entry-point order, "matmul" before "ops"):
 
 The template, when C/G % 8 == 0, copies x to NHWC in a workspace first (one
 memory-bound launch whose element reads take prologue grafts; the cp.async gather of
-16-byte channel chunks then reads the copy); otherwise it gathers from NCHW directly
-(register-staged element reads). y is written NCHW by the kernel. The bias add stays a graph operator after the anchor: the fusion engine grafts it (and a
+16-byte channel chunks then reads the copy); a 1x1 stride-1 unpadded conv whose planes
+are whole 16-byte chunks reads NCHW x as it lies instead (channels-first, no copy;
+through the copy again when a prologue is grafted onto x); otherwise it gathers from
+NCHW directly (register-staged element reads). y is written NCHW by the kernel. The bias add stays a graph operator after the anchor: the fusion engine grafts it (and a
 following relu) onto the kernel's output stores. Depthwise convolutions (one input
 channel per group) are left alone: a GEMM of depth KH*KW wastes the tensor cores;
 the rule-based scheduler computes them directly, one thread per output element.
@@ -32,11 +34,12 @@ from hidet_framework.ir import dtypes
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
-from hidet_plugin_matmul.cuda_conv_gather import conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import channels_first, conv_staging
 from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Kernel, choose, is_auto, resolve
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
@@ -125,6 +128,8 @@ class CudaConvImplicitGemm(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         geo = ConvGeometry.from_attributes(attributes)
         dtype = task_dtype(task)
+        if 0 in prologue_inputs(attributes) and channels_first(geo):  # a prologue on x: the cp.async reads
+            params = dict(params, nhwc=1)  # of x as it lies would refuse it; the NHWC copy's reads take it
         p = dict(DEFAULT, **resolve(params, lambda: auto_params(geo, target, dtypes.data_type(dtype).nbytes)))
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
         name = (f"conv_tc_{dtype}_{geo.x_layout}_{geo.y_layout}_n{geo.batch}c{geo.channels}h{geo.height}"

@@ -39,8 +39,20 @@ from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
 FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
 
 
+def channels_first(geo: ConvGeometry) -> bool:
+    """A pointwise, stride-1, unpadded, ungrouped conv of NCHW x whose planes are whole
+    16-byte chunks (H*W % 8 == 0): A[m, k] = x[n, k, p] is then a k-major matrix per
+    image, read as it lies (8 pixels of one channel a chunk), no NHWC copy."""
+    return (geo.kernel == (1, 1) and geo.stride == (1, 1) and not any(geo.pads) and geo.groups == 1
+            and geo.x_layout == "nchw" and geo.height * geo.width % 8 == 0)
+
+
 def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
-    if params.get("reg_stage") or geo.cg % 8:
+    if params.get("reg_stage"):
+        return "reg"
+    if channels_first(geo) and not params.get("nhwc"):
+        return "cf"
+    if geo.cg % 8:
         return "reg"
     return "cp" if geo.x_layout == "nhwc" else "nhwc"
 
@@ -66,13 +78,18 @@ class ConvGather:
         path = conv_staging(geo, params)
         if path == "nhwc":
             geo, path = attrs.evolve(geo, x_layout="nhwc"), "cp"
-        self.geo, self.async_copy = geo, path == "cp"
+        self.geo, self.async_copy, self.k_major = geo, path in ("cp", "cf"), path == "cf"
         self.bm, self.bk, self.split = cfg["bm"], cfg["bk"], cfg["split"]
-        layout = smem_swizzle(self.bm, self.bk)
-        self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy
-                     else pixel_major_copy(layout, self.bm, self.bk, cfg["threads"]))
-        self.rows = sorted({di for di, _ in self.copy.deltas})
-        self.cols = sorted({dj for _, dj in self.copy.deltas})
+        if self.k_major:  # the A tile is stored [BK, BM]: chunks of 8 pixels, copy deltas (k, m)
+            self.copy = tile_copy(smem_swizzle(self.bk, self.bm), self.bk, self.bm, cfg["threads"], 8)
+        else:
+            layout = smem_swizzle(self.bm, self.bk)
+            self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy
+                         else pixel_major_copy(layout, self.bm, self.bk, cfg["threads"]))
+        # row registers: one per distinct pixel delta; column state: one per distinct k delta
+        pixel_axis = 1 if self.k_major else 0
+        self.rows = sorted({d[pixel_axis] for d in self.copy.deltas})
+        self.cols = sorted({d[1 - pixel_axis] for d in self.copy.deltas})
         self.tiles_all = max(1, ceil_div(geo.k, self.bk))
         self.tiles = ceil_div(self.tiles_all, self.split)  # k-tiles per split slice
         self.m_whole = geo.m % self.bm == 0
@@ -88,35 +105,52 @@ class ConvGather:
         (oh, ow) = self.geo.out_hw
         return p // (oh * ow), p // ow % oh, p % ow
 
+    def row_pixel(self, m0: Any, ai: Any, aj: Any, d: int) -> Any:
+        """The output pixel of row register d (`rows`) of the thread at (ai, aj)."""
+        return m0 + (aj if self.k_major else ai) + d
+
     def window_origin(self, p: Any) -> tuple:
-        """Pixel p's row registers: (flat NHWC offset of its window origin on the cp.async
-        path, else its batch index; first image row, FAR past M; first image column)."""
+        """Pixel p's row registers: (flat offset of its window origin in x on the cp.async
+        paths, else its batch index; first image row, FAR past M; first image column)."""
         g = self.geo
         n, oy, ox = self.pixel(p)
         h0, w0 = oy * g.stride[0] - g.pads[0], ox * g.stride[1] - g.pads[1]
-        first = ((n * g.height + h0) * g.width + w0) * g.channels if self.async_copy else n
+        if self.k_major:  # x[n, 0, oy, ox] (NCHW): channel k is k*H*W further
+            first = (n * g.channels * g.height + oy) * g.width + ox
+        else:
+            first = ((n * g.height + h0) * g.width + w0) * g.channels if self.async_copy else n
         return first, (h0 if self.m_whole else select(p < g.m, h0, FAR)), w0
 
-    def column_state(self, kbase: Any, aj: Any, gz: Any) -> list:
-        """cp.async path: per distinct column delta of the thread at column aj, the
-        tap's (row shift, column shift, flat NHWC offset) for the k-tile at kbase."""
+    def column_state(self, kbase: Any, ai: Any, aj: Any, gz: Any) -> list:
+        """cp.async paths: per distinct k delta (`cols`) of the thread at (ai, aj), the
+        tap's (row shift, column shift, flat offset in x) for the k-tile at kbase."""
         g = self.geo
         out = []
-        for dj in self.cols:
-            r, q, c = g.tap(kbase + aj + dj)
+        for dk in self.cols:
+            if self.k_major:
+                out.append((0, 0, (kbase + ai + dk) * (g.height * g.width)))
+                continue
+            r, q, c = g.tap(kbase + aj + dk)
             dh, dw = r * g.dilation[0], q * g.dilation[1]
             out.append((dh, dw, (dh * g.width + dw) * g.channels + (gz * g.cg + c if g.groups > 1 else c)))
         return out
 
-    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, aj: Any, cols: Any = None) -> list:
-        """For each A delta (di, dj) of the thread at column aj (rn/rh/rw[r]: the row
-        registers of its row r, `window_origin`): (x element read, whether it is in the
-        image and k < K); outside, the read is clamped to element 0 (the copy reads
-        nothing there). cp.async path: `cols[j]` is `column_state`'s entry of column
-        j (registers in the kernel) and the read is a flat offset into x."""
+    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, ai: Any, aj: Any,
+             cols: Any = None) -> list:
+        """For each A delta of the thread at (ai, aj) (rn/rh/rw[r]: the row registers of
+        its pixel r, `window_origin`): (x element read, whether it is in the image and k <
+        K); outside, the read is clamped to element 0 (the copy reads nothing there).
+        cp.async paths: `cols[j]` is `column_state`'s entry of k delta j (registers in
+        the kernel) and the read is a flat offset into x."""
         g = self.geo
         h_lo, h_hi, w_lo, w_hi = self.known
         out = []
+        if self.k_major:
+            for dk, dm in self.copy.deltas:
+                r, off = self.rows.index(dm), cols[self.cols.index(dk)][2]
+                ok = guard([(self.m_whole, rh[r] >= 0), (self.k_whole, kbase + ai + dk < g.k)])
+                out.append((x[select(ok, rn[r] + off, 0)], ok))
+            return out
         if self.async_copy:
             for di, dj in self.copy.deltas:
                 j, r = self.cols.index(dj), self.rows.index(di)
