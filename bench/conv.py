@@ -283,7 +283,7 @@ def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
     import hidet_framework as hf
 
     name, cin, cout, size, kernel, stride = spec
-    pad = kernel // 2
+    pad, groups = kernel // 2, 1
     w, b = make_weights(rng, cin, cout, kernel)
     x = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
     np_dtype = np.float16 if dtype == "float16" else np.float32
