@@ -17,7 +17,7 @@ import pytest
 
 import hidet_framework as hf
 from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm, auto_params, conv_space
-from hidet_plugin_matmul.cuda_conv_gather import conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import ConvGather, conv_staging
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm, pack_conv_weight
 
 # (batch, C, H, W, O, kernel, stride, pads, dilation, groups)
@@ -29,6 +29,7 @@ CASES = [
     (1, 8, 11, 7, 8, (5, 5), (2, 3), (2, 2, 1, 0), (1, 2), 1),       # asymmetric everything
     (1, 7, 6, 5, 13, (2, 3), (1, 1), (0, 1, 1, 0), (1, 1), 1),       # prime C and O
     (2, 13, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # channels-first 1x1 (H*W % 8 == 0), M % 64
+    (3, 24, 2, 10, 9, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # channels-first, 8-byte chunks (H*W % 8 == 4)
 ]
 
 
@@ -166,8 +167,10 @@ def test_launches_follow_the_staging():
     assert conv_staging(pointwise, space[0]) == "cf" and conv_staging(pointwise, dict(space[0], nhwc=1)) == "reg"
     st = t.build(*task_of(pointwise, "float16"), space[0], target)
     assert not st.workspace and [b.kind for b in st.launches[0].buffers] == ["input", "input", "output"]
+    assert conv_staging(geometry(CASES[7]), space[0]) == "cf"  # 20-pixel planes: 4-pixel (8-byte) chunks
+    assert ConvGather(geometry(CASES[7]), space[1]).vec == 4 and ConvGather(pointwise, space[1]).vec == 8
     for other in (geometry(CASES[3]), attrs.evolve(pointwise, stride=(2, 2)), attrs.evolve(pointwise, pads=(0, 0, 0, 1)),
-                  geometry(CASES[6], "nhwc")):
+                  geometry(CASES[6], "nhwc"), attrs.evolve(pointwise, height=3, width=7)):
         assert conv_staging(other, space[0]) != "cf"
 
 
@@ -226,7 +229,7 @@ def im2col(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.ndarray:
     """The A tile the kernel's copies put in shared memory, thread by thread."""
-    vec = 8 if gather.async_copy else 1
+    vec = gather.vec
     tile = np.full((gather.bm, gather.bk), np.nan)
     threads = gather.copy.mapping.num_workers
     for t in range(threads):
@@ -239,7 +242,7 @@ def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.nd
             # the cp.async path reads x by flat offset (one index), the register path by 4
             assert len(index) == (1 if gather.async_copy else 4)
             if ok and vec > 1:
-                assert index[-1] % 8 == 0, "a 16-byte chunk starts at a multiple of 8 channels"
+                assert index[-1] % vec == 0, "a chunk starts at a multiple of its size (aligned cp.async)"
             if not ok:
                 assert all(i == 0 for i in index), "a refused copy still forms an address past x"
             flat = index[0] if len(index) == 1 else int(np.ravel_multi_index(index, xs.shape))
@@ -298,7 +301,8 @@ def test_candidates_and_fused_epilogue_compile_to_sm90(tmp_path, monkeypatch):
     space = t.space(target, 1)
     split = next(p for p in space if p.get("split_k", 1) > 1)
     jobs = [(geometry(CASES[0]), "float16", space[0]), (geometry(CASES[2], "nhwc"), "bfloat16", split),
-            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", space[0])]
+            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", space[0]),
+            (geometry(CASES[7]), "float16", space[0])]
     makers = [lambda j=j: t.build(*task_of(j[0], j[1]), j[2], target) for j in jobs]
     results = build_in_parallel(makers, CudaBackend(), target, workers=2)
     assert not [err for _, _, err, _ in results if err]

@@ -39,12 +39,16 @@ from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
 FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
 
 
-def channels_first(geo: ConvGeometry) -> bool:
-    """A pointwise, stride-1, unpadded, ungrouped conv of NCHW x whose planes are whole
-    16-byte chunks (H*W % 8 == 0): A[m, k] = x[n, k, p] is then a k-major matrix per
-    image, read as it lies (8 pixels of one channel a chunk), no NHWC copy."""
-    return (geo.kernel == (1, 1) and geo.stride == (1, 1) and not any(geo.pads) and geo.groups == 1
-            and geo.x_layout == "nchw" and geo.height * geo.width % 8 == 0)
+def channels_first(geo: ConvGeometry) -> int:
+    """For a pointwise, stride-1, unpadded, ungrouped conv of NCHW x, A[m, k] = x[n, k, p]
+    is a k-major matrix per image, read as it lies with no NHWC copy, in chunks of 8
+    pixels of one channel (16 bytes) where H*W % 8 == 0, else of 4 (8-byte cp.async)
+    where H*W % 4 == 0 (14x14 planes); the chunk's pixel count, 0 where neither holds."""
+    if not (geo.kernel == (1, 1) and geo.stride == (1, 1) and not any(geo.pads) and geo.groups == 1
+            and geo.x_layout == "nchw"):
+        return 0
+    plane = geo.height * geo.width
+    return 8 if plane % 8 == 0 else 4 if plane % 4 == 0 else 0
 
 
 def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
@@ -80,8 +84,9 @@ class ConvGather:
             geo, path = attrs.evolve(geo, x_layout="nhwc"), "cp"
         self.geo, self.async_copy, self.k_major = geo, path in ("cp", "cf"), path == "cf"
         self.bm, self.bk, self.split = cfg["bm"], cfg["bk"], cfg["split"]
-        if self.k_major:  # the A tile is stored [BK, BM]: chunks of 8 pixels, copy deltas (k, m)
-            self.copy = tile_copy(smem_swizzle(self.bk, self.bm), self.bk, self.bm, cfg["threads"], 8)
+        self.vec = (channels_first(geo) if self.k_major else 8) if self.async_copy else 1  # elements a copy
+        if self.k_major:  # the A tile is stored [BK, BM]: chunks of 8 (or 4) pixels, copy deltas (k, m)
+            self.copy = tile_copy(smem_swizzle(self.bk, self.bm), self.bk, self.bm, cfg["threads"], self.vec)
         else:
             layout = smem_swizzle(self.bm, self.bk)
             self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy

@@ -17,9 +17,10 @@ the bound checks the shape leaves and one select. Staging:
 - ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
   0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
   launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
-- ``cf`` (channels-first: 1x1, stride 1, no padding or groups, NCHW x with H*W % 8 ==
-  0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels of one
-  channel into a [BK, BM] shared tile, fragments by ldmatrix.trans; no copy launch;
+- ``cf`` (channels-first: 1x1, stride 1, no padding or groups, NCHW x with H*W % 4 ==
+  0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels (8-byte
+  chunks of 4 where H*W % 8 == 4) of one channel into a [BK, BM] shared tile,
+  fragments by ldmatrix.trans; no copy launch;
 - ``reg``: guarded element reads into registers (pixel-major threads), stored to
   shared memory at the end of the k-tile (two buffers), as the matmul's ``reg``.
 
@@ -77,9 +78,11 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         for j, values in enumerate(gather.column_state(kbase, ai, aj, gz)):  # once per k-tile, in registers
             out += [store(cs[v, j], e) for v, e in enumerate(values)]
         cols = [(cs[0, j], cs[1, j], cs[2, j]) for j in range(len(gather.cols))]
+        size = 2 * gather.vec  # bytes a copy: 16 (8 under channels-first with H*W % 8 == 4)
         for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, ai, aj, cols)):
             base, const = sta_plan.uses[t]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, size, select(ok, size, 0),
+                                   "cg" if size == 16 else "ca"))
         out.append(cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (kp, np_),
                                  (k_whole, n_whole), lambda r, c: w[gz, r, c]))
         return seq_of(out)
