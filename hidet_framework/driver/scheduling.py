@@ -38,9 +38,12 @@ def _upload(device: Any, array: np.ndarray, dtype: str) -> Any:
 def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
     """The tuner's `prepare` (run in its build workers: lower + codegen + build, which
     fills the build cache; returns the lowered module and the artifact) and `measure`
-    (here: load that artifact, time it with the device's timers). Every candidate is
+    (here: load that artifact, time it with the device's timers, device time only
+    where the device offers it: `tuner.timing`). Every candidate is
     timed on the same random inputs, made once: drawing and copying them per candidate
     would cost more than the timing of large ones."""
+    from hidet_framework.tuner.timing import device_seconds
+
     buffers: dict[str, list] = {}
 
     def measure(scheduled: ScheduledTask, repeat: int, prepared: tuple) -> list[float]:
@@ -51,7 +54,7 @@ def tuner_hooks(task: Task, target: CompileTarget) -> tuple[Callable, Callable]:
             buffers["inputs"] = [_upload(device, _random_array([int(s) for s in t.shape], t.dtype.name, rng),
                                          t.dtype.name) for t in task.inputs]
             buffers["outputs"] = [device.empty([int(s) for s in t.shape], t.dtype.name) for t in task.outputs]
-        return compiled.time(buffers["inputs"], buffers["outputs"], warmup=1, repeat=repeat)
+        return device_seconds(compiled, buffers["inputs"], buffers["outputs"], warmup=1, repeat=repeat)
 
     return target.build, measure
 

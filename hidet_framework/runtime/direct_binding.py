@@ -119,6 +119,9 @@ class DirectBinding:
                 changes.setdefault(launch, []).append((arg, 1, slot))
         self._plan = tuple((fn, args, tuple(changes.get(i, ()))) for i, (fn, args) in enumerate(self._launches))
         self._fresh_slots = sorted(output_sites)
+        # every output is fresh buffer n, in order: run() returns the fresh list as is
+        self._all_fresh = all(kind == "fresh" and payload == n for n, (kind, payload, _, _) in enumerate(outputs))
+        self._spares: dict = {}
 
     @classmethod
     def of(cls, graph: Any, launches: Sequence[tuple], sites: Sequence[tuple], slot: dict,
@@ -134,20 +137,29 @@ class DirectBinding:
 
     def run(self, arrays: Sequence[Any], out: Sequence[Any] | None) -> list[Any] | None:
         """Run with `arrays` bound in place; the outputs, or None when an input needs
-        the copying path (nothing has run then)."""
-        ins = []
+        the copying path (nothing has run then). Every call pays this in Python
+        (issue 15: a call adds at most 5 us to its kernels), so the checks are the
+        cheapest that decide: the dtype by identity first (numpy's builtin dtypes are
+        singletons), the flags object fetched once."""
+        if len(arrays) != len(self._input_specs):
+            return None
         for value, (shape, dtype) in zip(arrays, self._input_specs):
-            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape \
-                    or not value.flags.c_contiguous or not value.flags.aligned:
+            if type(value) is not np.ndarray or (value.dtype is not dtype and value.dtype != dtype) \
+                    or value.shape != shape:
                 return None
-            ins.append(value)
-        fresh = self._outputs_for(out, ins)
+            flags = value.flags
+            if not (flags.c_contiguous and flags.aligned):
+                return None
+        ins = arrays
+        fresh = self._fresh_outputs() if out is None else self._outputs_for(out, ins)
         for fn, args, changes in self._plan:
             if changes:
                 args = list(args)
                 for arg, kind, k in changes:
                     args[arg] = fresh[k] if kind else ins[k]
             fn(*args)
+        if out is None and self._all_fresh:
+            return fresh
         results = []
         for n, (kind, payload, _, _) in enumerate(self._outputs):
             if kind == "fresh":
@@ -192,7 +204,7 @@ class DirectBinding:
         fills it on a loaded machine (onnxruntime reuses its arena the same way). An
         array still referenced anywhere (a variable, a view, an input of this call) is
         never reused."""
-        spares = self.__dict__.setdefault("_spares", {})
+        spares = self._spares
         arrays = []
         for n, (kind, _, shape, dtype) in enumerate(self._outputs):
             if kind != "fresh":

@@ -112,7 +112,8 @@ def candidates_of(templates: Sequence[Template], target: Target, level: int, tas
     """Level 0: the default of the highest-priority template that has candidates on
     `target`, unless that template has a cost model (``estimate`` gives a number for
     `task`): then the modelled fastest default among the templates of priority > 0
-    that have one; else every template's bounded space."""
+    that have one; else every template's bounded space (from level 2, a template
+    with a model: its best-modelled candidates, `_model_ranked`)."""
     if not templates:
         raise TuningError("no template to tune")
     if level == 0:  # a template may have no candidate on this target (e.g. an arch-specific one)
@@ -126,10 +127,30 @@ def candidates_of(templates: Sequence[Template], target: Target, level: int, tas
             best = min((s, i) for s, i in modelled if s is not None)[1]
             return [Candidate(*defaults[best])]
         return [Candidate(*defaults[0])]
-    out = [Candidate(t, p) for t in templates for p in t.bounded_space(target, level)]
+    out = [Candidate(t, p) for t in templates
+           for p in _model_ranked(t, t.bounded_space(target, level), level, task, attributes, target)]
     if not out:
         raise TuningError(f"no template has a candidate for target {target.arch}")
     return out
+
+
+MODEL_KEEP = 24  # at level >= MODEL_LEVEL: a template's best-modelled candidates built and timed
+MODEL_LEVEL = 2
+
+
+def _model_ranked(template: Any, space: list, level: int, task: Any, attributes: Any, target: Target) -> list:
+    """`space`, or at level >= MODEL_LEVEL, when the template prices every candidate
+    (``estimate``), its MODEL_KEEP best-modelled candidates in space order: the builds
+    are what whole-model tuning spends its time on, and a model that ranks the
+    candidates (docs/perf_notes.md, gpumodels) leaves the far ones out. A template
+    without a model, or one failing on any candidate, keeps its whole space."""
+    if level < MODEL_LEVEL or task is None or len(space) <= MODEL_KEEP:
+        return space
+    modelled = [_estimate(template, task, attributes, p, target) for p in space]
+    if any(m is None for m in modelled):
+        return space
+    keep = set(sorted(range(len(space)), key=lambda i: (modelled[i], i))[:MODEL_KEEP])
+    return [p for i, p in enumerate(space) if i in keep]
 
 
 def _estimate(template: Any, task: Any, attributes: Any, params: Any, target: Target) -> Optional[float]:

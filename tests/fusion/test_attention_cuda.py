@@ -1,6 +1,6 @@
 """The CUDA attention template (hidet_plugin_ops/cuda_attention.py). Marker ``nvcc``
 (no GPU needed): every candidate with the head split / merge of an exported
-attention block grafted on, and each kernel form (per-row, tiled in both key orders)
+attention block grafted on, and each kernel form (per-row, tiled in both key orders, a key per warp)
 alone on every case, compiles to an sm_90 cubin. Marker ``cuda``:
 every candidate against a float64 numpy reference on the GPU (odd and prime sizes,
 masks added and selected, a fully masked row, broadcast batch axes, poisoned
@@ -83,7 +83,8 @@ def test_every_candidate_compiles_grafted_and_each_form_alone(tmp_path, monkeypa
         # each kernel form on every case (odd N, M under the row tile, each mask kind): the
         # default, the per-row form, the widest tiled block and the other key order
         forms = [template.space(target, 0)[0], {"threads": 64}, {"rows": 16, "threads": 256, "k_order": "d"},
-                 {"rows": 8, "threads": 128, "k_order": "j"}]
+                 {"rows": 8, "threads": 128, "k_order": "j"}, {"rows": 1, "threads": 128, "k_order": "d"},
+                 {"rows": 1, "threads": 256, "k_order": "d"}]
         assert all(f in template.space(target, 1) for f in forms)
         jobs += [template.build(op.task, op.attributes, p, target) for p in forms]
     # BERT's form: q, k, v reshaped from [B, S, H*D] and transposed; the output merged back
@@ -157,3 +158,29 @@ def test_tiled_rows_follow_the_multiprocessors_shared_memory_and_m():
     long_rows = task(128, 3000, dtype="float32")  # 16 rows of 3008 scores exceed 48 KiB
     assert tile_rows(*long_rows, 16, h200) == 2 == tile_rows(*long_rows, "auto", small)
     assert tile_rows(*task(128, 12000, dtype="float32"), "auto", h200) == 1  # not even 2 rows fit
+
+
+def test_level_zero_takes_the_per_row_form_for_stored_keys_of_short_sequences_that_fill_the_gpu():
+    """``auto_form``: per-row (a key per thread) where no graft feeds K, B*M rows give
+    every SM a block and one batch entry's K and V fit a quarter of an SM's shared
+    memory; tiled otherwise, and always when a graft feeds K."""
+    from hidet_framework.backend.contract import Target
+    from hidet_plugin_ops.cuda_attention import auto_form
+
+    h200 = _cuda_target()
+    small_smem = Target("cuda", "sm_90", {**dict(h200.properties), "smem_per_sm": 64 * 1024})
+    many_sms = Target("cuda", "sm_90", {**dict(h200.properties), "sm_count": 2000})
+
+    def form(m, n, heads=12, d=64, target=h200, grafted=(0, 2)):
+        y = hf.ops.attention(hf.symbol((1, heads, m, d), "float16"), hf.symbol((1, heads, d, n), "float16"),
+                             hf.symbol((1, heads, n, d), "float16"), scale=0.125)
+        attributes = {**y.producer.attributes, "fusion.prologue_inputs": grafted}
+        return auto_form(y.producer.task, attributes, target)
+
+    per_row, tiled = {"rows": 1, "threads": 128}, {"rows": "auto", "threads": 128, "k_order": "d"}
+    assert form(128, 128) == per_row and form(128, 128, grafted=()) == per_row  # 1536 rows, K+V 32 KiB a head
+    assert form(128, 128, grafted=(0, 1, 2)) == tiled  # BERT, GPT-2: the head split grafted onto K
+    assert form(128, 1024) == tiled  # 256 KiB of K+V a head
+    assert form(128, 128, target=small_smem) == tiled  # 32 KiB > 16 KiB
+    assert form(128, 128, target=many_sms) == tiled  # 1536 rows < 2000 SMs
+    assert form(11, 128, heads=12) == per_row and form(10, 128, heads=13) == tiled  # 132 vs 130 rows

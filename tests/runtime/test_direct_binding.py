@@ -95,6 +95,8 @@ def test_input_errors_unchanged(rng):
         fn(a, a.astype(np.float64))
     with pytest.raises(GraphInputError, match="takes 2 inputs"):
         fn(a)
+    with pytest.raises(GraphInputError, match="takes 2 inputs"):
+        fn(a, a, a)                                        # one too many: not bound, not truncated
     big_endian = a.astype(">f4")                           # not bound in place: the checked path
     try:
         got = fn(a, big_endian)

@@ -13,6 +13,9 @@ A rule is an object registered through ``register_passes`` with
 - optionally ``phase`` (an int, 1 when absent): rules run phase by phase, lowest
   first, each phase to its own fixpoint; folding rules (phase 0) thus see patterns
   that a lowering rewrite of phase 1 (conv2d into im2col + matmul) would hide.
+- optionally ``needs_uses = True``: the rule is called as ``rewrite(op, uses)``, where
+  `uses` (a `GraphUses`) tells who reads a tensor (a horizontal rule looks for the
+  siblings of `op` that read the same input).
 
 Rules are tried in registration order; the first that answers wins for that operator.
 A round visits every operator once (inputs already rewritten, so rules see the current
@@ -63,14 +66,51 @@ def _check_replacement(rule: Any, op: Operator, outs: Any) -> list[Tensor]:
     return outs
 
 
+class GraphUses:
+    """Who reads a tensor, as the graph stood when this round began.
+
+    ``readers(t)``: the (operator, input position) pairs reading `t`, in graph order,
+    among the operators none of whose inputs was replaced yet in this round (so every
+    operator listed reads the graph the rule sees, and two rules asking about one
+    tensor in one round get the same answer); None when `t` itself was replaced or
+    is not in the graph (then a rule must not rely on knowing its readers).
+    ``is_output(t)``: whether `t` is returned by the graph.
+    """
+
+    def __init__(self, graph: FlowGraph, rebuild: Rebuilder) -> None:
+        self._rebuild = rebuild
+        self._readers: dict[int, list[tuple[Operator, int]]] = {}
+        self._known = {t.uid for t in graph.inputs}
+        for op in graph.nodes:
+            self._known.update(t.uid for t in op.outputs)
+            self._known.update(t.uid for t in op.inputs)
+            for pos, t in enumerate(op.inputs):
+                self._readers.setdefault(t.uid, []).append((op, pos))
+        self._outputs = {t.uid for t in graph.outputs}
+
+    def readers(self, t: Tensor) -> list[tuple[Operator, int]] | None:
+        if t.uid not in self._known or self._rebuild.resolve(t) is not t:
+            return None
+        return [(op, pos) for op, pos in self._readers.get(t.uid, ())
+                if all(self._rebuild.resolve(x) is x for x in op.inputs)]
+
+    def is_output(self, t: Tensor) -> bool:
+        return t.uid in self._outputs
+
+
 def _round(graph: FlowGraph, by_name: dict[str, list[Any]]) -> tuple[FlowGraph, list[str]]:
     """One sweep in topological order; returns the new graph and the rules that fired."""
     rebuild = Rebuilder()
+    uses = None
     fired: list[str] = []
     for op in graph.nodes:
         op = rebuild.operator(op)
         for rule in by_name.get(op.name, ()):
-            outs = rule.rewrite(op)
+            if getattr(rule, "needs_uses", False):
+                uses = uses or GraphUses(graph, rebuild)
+                outs = rule.rewrite(op, uses)
+            else:
+                outs = rule.rewrite(op)
             if outs is None:
                 continue
             outs = _check_replacement(rule, op, outs)

@@ -38,7 +38,7 @@ from hidet_plugin_matmul.cuda_conv_gather import channels_first, conv_staging
 from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
-from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Kernel, choose, is_auto, resolve
+from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds, resolve
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
 
@@ -124,6 +124,15 @@ class CudaConvImplicitGemm(Template):
 
     def space(self, target: Any, level: int) -> list[dict]:
         return conv_space(target, level)
+
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (the default: of its pick); the tuner keeps the
+        best-modelled candidates at level 2 (`tuner._model_ranked`)."""
+        geo, elem = ConvGeometry.from_attributes(attributes), dtypes.data_type(task_dtype(task)).nbytes
+        if is_auto(params):
+            return conv_auto(geo, target, elem)[1]
+        return modelled_seconds(Gemm(geo.m, geo.cog, geo.k, geo.groups, elem),
+                                conv_kernel(geo, dict(DEFAULT, **params), elem), Gpu.from_target(target))
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         geo = ConvGeometry.from_attributes(attributes)

@@ -27,10 +27,13 @@ The accumulators of a warpgroup hold C^T[64, mp]: register 4j + e of thread (war
 lane l) is column n0 + 16w + l // 4 + 8 (e // 2) and row 8j + 2 (l % 4) + e % 2 of C;
 stores are guarded tensor-element stores (a graftable epilogue). The space comes from
 the target: warpgroups per block, pipeline depth within shared memory per block,
-split factors.
+split factors. v2: the default (first at every level) is ``{"auto": 1}``, the level-2
+candidate with the least modelled time (`cuda_defaults`); priority 1, so at level 0 the
+tuner weighs it against the other templates' modelled defaults.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
@@ -40,9 +43,12 @@ from hidet_framework.mapping.layout import row_major, swizzle
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
+from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds, resolve,
+                                               tile_efficiency)
 from hidet_plugin_matmul.cuda_ir_builders import cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
@@ -87,17 +93,44 @@ def skinny_legal(params: Mapping[str, Any], target: Any) -> bool:
             and cfg["acc"] + REGS_BESIDE_ACC <= regs and cfg["threads"] <= target_int(target, "max_threads_per_block", 1024))
 
 
+def skinny_splits(params: Mapping[str, Any], k: int, k_groups: int) -> int:
+    """The split-K factor a candidate runs with at depth `k` (the kernel's own rule:
+    whole k-tiles per k-group in every slice)."""
+    tiles_all = max(1, ceil_div(k, BK))
+    tiles = ceil_div(ceil_div(tiles_all, params["split"]), k_groups) * k_groups
+    return ceil_div(tiles_all, tiles)
+
+
+def skinny_kernel(params: Mapping[str, Any], ops: MatmulOperands, target: Any) -> Kernel:
+    """A candidate as the cost model sees it (`cuda_defaults`): a block tile of mp x 64
+    warpgroups, a k-step of k_groups k-tiles with k_groups (stages - 1) loads in flight."""
+    from hidet_plugin_matmul.cuda_wgmma import WGMMA_RATE
+
+    cfg = skinny_config(params, ops.m, target_int(target, "smem_per_block_optin", 227 * 1024),
+                        target_int(target, "regs_per_block", 65536))
+    kg = max(1, cfg["k_groups"])
+    return Kernel(cfg["mp"], cfg["bn"], BK * kg, cfg["threads"], cfg["smem"], cfg["acc"] + REGS_BESIDE_ACC,
+                  kg * (cfg["stages"] - 1) + 1, skinny_splits(params, ops.k, kg),
+                  WGMMA_RATE * tile_efficiency(64, cfg["mp"], 8))
+
+
+def skinny_auto(ops: MatmulOperands, elem: int, target: Any) -> tuple[dict, float]:
+    """The default's parameters for this shape and their modelled seconds."""
+    return choose(skinny_space(target, 2), lambda p: None if is_auto(p) else skinny_kernel(p, ops, target),
+                  Gemm(ops.m, ops.n, ops.k, ops.batch, elem), target)
+
+
 def skinny_space(target: Any, level: int) -> list[dict]:
     if getattr(target, "arch", None) not in ("sm_90", "sm_90a"):
         return []
-    out = [DEFAULT]
+    if level == 0:  # v2: the modelled best of level 2 (`skinny_auto`)
+        return [dict(AUTO)]
+    out = [dict(AUTO), DEFAULT]
 
     def add(p: dict) -> None:
         if p not in out and skinny_legal(p, target):
             out.append(p)
 
-    if level == 0:
-        return out
     groups = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2))
     if level == 1:  # the deepest pipeline up to 4 that fits, for each arrangement
         for wg, kg in groups:
@@ -253,8 +286,8 @@ class CudaHopperSkinnyMatmul(Template):
     name = "matmul.cuda_hopper_skinny"
     operator = "matmul"
     target = "cuda"
-    version = "1"
-    priority = 0  # never the level-0 default
+    version = "2"
+    priority = 1  # the level-0 default where its model beats the others' (`tuner.candidates_of`)
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
         ops = MatmulOperands(attributes)
@@ -264,13 +297,24 @@ class CudaHopperSkinnyMatmul(Template):
     def space(self, target: Any, level: int) -> list[dict]:
         return skinny_space(target, level)
 
+    def estimate(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> float:
+        """Modelled seconds of `params` (the default: of the candidate it resolves to);
+        infinite for an anchor whose A or B takes a prologue (cp.async cannot graft it)."""
+        ops, elem = MatmulOperands(attributes), data_type(task_dtype(task)).nbytes
+        if prologue_inputs(attributes):
+            return math.inf
+        if is_auto(params):
+            return skinny_auto(ops, elem, target)[1]
+        return modelled_seconds(Gemm(ops.m, ops.n, ops.k, ops.batch, elem),
+                                skinny_kernel(dict(DEFAULT, **params), ops, target), Gpu.from_target(target))
+
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         ops = MatmulOperands(attributes)
         dtype = task_dtype(task)
-        p = dict(DEFAULT, **params)
         if not self.applies(task, attributes):
             raise ValueError(f"{self.name}: needs fp16/bf16, {MIN_M} <= M <= {MAX_M}, K and N multiples of 8; "
                              f"got {dtype} M={ops.m} K={ops.k} N={ops.n}")
+        p = dict(DEFAULT, **resolve(params, lambda: skinny_auto(ops, data_type(dtype).nbytes, target)[0]))
         name = (f"matmul_wgmma_skinny_{dtype}_{ops.key()}_wg{p['warpgroups']}x{p['k_groups']}_s{p['stages']}"
                 f"_sk{p['split']}")
         module, splits = build_skinny_module(ops, dtype, p, name, target_int(target, "smem_per_block_optin",

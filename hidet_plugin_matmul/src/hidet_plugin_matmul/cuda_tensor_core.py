@@ -16,6 +16,8 @@ Space (block tile, warps, BK, stages, split-K):
   2039^3 and 1021x3001x997, so they are extra candidates, not the default.)
 - v3: no guard that the static shape makes always true; a few ``raster`` candidates
   that number blocks in groups of M tiles for L2 reuse (`block_tile`).
+- v4: level 2 also has tiles of one or two warps (64x32, 32x64, 32x32) and split-K
+  with BK 64, for short M (M = 16..256: more blocks on a small output).
 - Default (first at every level): ``{"auto": 1}``, the level-2 candidate with the least
   modelled time on the target for the task's shape (`cuda_defaults`).
 """
@@ -50,6 +52,8 @@ PAD_STAGE = [((128, 128, 2, 4), 32, 3), ((128, 128, 2, 4), 64, 3), ((64, 128, 2,
 # v3: candidates that number blocks in column groups of RASTER M tiles (see block_tile)
 RASTER = 8
 SPLIT_TILES = [(128, 128, 2, 4), (128, 128, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2)]
+# v4 (level 2 only): tiles of 1 or 2 warps, for short M (more blocks on a small output)
+SMALL_TILES = [(64, 32, 2, 1), (32, 64, 1, 2), (32, 32, 1, 1)]
 DEFAULT = {"block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1}
 MMA_SYNC_RATE = 0.68  # of the SM's tensor peak, at a saturating warp tile (mma.sync's best: ~0.8 of wgmma's)
 
@@ -153,6 +157,12 @@ def tc_space(target: Any, level: int) -> list[dict]:
     for tile in BLOCK_TILES[:3]:
         for bk, stages in ((32, 4), (64, 3), (64, 4)):
             add(dict(_params(tile, bk, stages), raster=RASTER))
+    for tile in SMALL_TILES:  # v4: appended, so the earlier candidates keep their places
+        for bk, stages in ((32, 5), (64, 4), (64, 5)):
+            add(_params(tile, bk, stages))
+    for tile in SPLIT_TILES[3:] + SMALL_TILES:
+        for split in (2, 4):
+            add(_params(tile, 64, 4, split))
     return out
 
 

@@ -107,7 +107,7 @@ def test_tensor_core_defaults_fill_the_gpu(make_target):
         assert fixed >= sms or got >= fixed  # where v3's fixed tile left SMs idle, never fewer blocks
         assert seconds <= CudaTensorCoreMatmul().estimate(*matmul_task((m, k), (k, n), "float16"), DEFAULT, target)
     # few tiles, long K: split-K; a large square: one big tile per block, no split, full waves
-    for m, n, k in [(512, 49, 4608), (16, 4096, 4096)]:
+    for m, n, k in [(512, 49, 4608)] + ([(128, 768, 3072)] if sms > 100 else []):
         assert tc_auto(ops_of(m, n, k), 2, target)[0]["split_k"] > 1, (m, n, k)
     p = tc_auto(ops_of(4096, 4096, 4096), 2, target)[0]
     assert p["split_k"] == 1 and p["block_m"] * p["block_n"] >= 128 * 128
@@ -184,6 +184,29 @@ def test_level0_weighs_the_modelled_defaults_of_the_templates():
     task, attrs = matmul_task((128, 768), (768, 768), "float16")
     (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0)  # no task: priority only
     assert cand.template.name == "matmul.cuda_wgmma"
+
+
+def test_level0_takes_the_skinny_default_where_modelled_fastest_but_never_for_a_prologue():
+    from hidet_framework.fusion.plan import PROLOGUE_INPUTS_ATTRIBUTE
+    from hidet_framework.tuner import candidates_of
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
+
+    target = h200()
+
+    def pick(m, n, k, prologue=False):
+        task, attrs = matmul_task((m, k), (k, n), "float16")
+        if prologue:
+            attrs = dict(attrs, **{PROLOGUE_INPUTS_ATTRIBUTE: (0,)})
+        (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0, task, attrs)
+        return cand.template.name, attrs, task
+
+    # W1 (docs/perf_notes.md, session 6): skinny split 8 measured fastest at 128x768x3072
+    assert pick(128, 768, 3072)[0] == "matmul.cuda_hopper_skinny"
+    assert pick(16, 768, 768)[0] == "matmul.cuda_hopper_skinny"
+    name, attrs, task = pick(128, 768, 3072, prologue=True)  # cp.async operands cannot take the GELU
+    assert name == "matmul.cuda_tensor_core"
+    assert CudaHopperSkinnyMatmul().estimate(task, attrs, {"auto": 1}, target) == math.inf
+    assert pick(4096, 4096, 4096 // 16 * 16)[0] == "matmul.cuda_wgmma"  # M > 256: skinny does not apply
 
 
 class _Fake:
@@ -318,3 +341,39 @@ def test_public_path_at_space0_picks_by_the_model(cuda_env):
     # 128 rows: the mma.sync template's modelled default beats wgmma's few large tiles
     sources = {getattr(getattr(t, "scheduled", None), "source", "") for t in fn.tasks}
     assert "matmul.cuda_tensor_core" in sources, sources
+
+
+@pytest.mark.cuda
+def test_v4_short_m_candidates_match_float64_reference(cuda_env, matmul_error):
+    """The tiles of one or two warps and split-K with BK 64 (level 2, v4), cp.async and
+    register-staged (odd N / K), against float64 with poisoned outputs."""
+    from hidet_plugin_matmul.cuda_tensor_core import SMALL_TILES, _params
+
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    target = cuda_env[1]
+    space = tc_space(target, 2)
+    cands = [_params(t, 64, 4) for t in SMALL_TILES] + [_params(SMALL_TILES[0], 64, 4, 4), _params(SMALL_TILES[2], 32, 5)]
+    assert all(p in space for p in cands)
+    for a_shape, b_shape in (((67, 520), (520, 136)), ((37, 997), (997, 61)), ((2, 33, 64), (2, 64, 40))):
+        for p in cands:
+            err = matmul_error(cuda_env, CudaTensorCoreMatmul(), p, a_shape, b_shape, "float16", rng)
+            assert err < 1e-2, (p, a_shape, b_shape, err)
+
+
+@pytest.mark.cuda
+def test_skinny_default_matches_float64_reference(cuda_env, matmul_error):
+    """The skinny wgmma template's modelled default (level 0, v2), split-K or not."""
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
+
+    target = cuda_env[1]
+    if target.arch not in ("sm_90", "sm_90a"):
+        pytest.skip("wgmma needs an sm_90 GPU")
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    t = CudaHopperSkinnyMatmul()
+    splits = set()
+    for a_shape, b_shape in (((37, 3072), (3072, 136)), ((130, 776), (776, 264)), ((2, 16, 512), (2, 512, 72))):
+        task, attrs = matmul_task(a_shape, b_shape, "float16")
+        splits.add(t.build(task, attrs, {"auto": 1}, target).params["split"])
+        err = matmul_error(cuda_env, t, {"auto": 1}, a_shape, b_shape, "float16", rng)
+        assert err < 1e-2, (a_shape, b_shape, err)
+    assert 1 in splits and max(splits) > 1, splits  # the model picks both kinds on these shapes

@@ -84,6 +84,7 @@ CASES = [  # x shape, w shape, stride, pads (top, left, bottom, right), dilation
     ((3, 7, 14, 14), (64, 7, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), True),
     ((2, 5, 13, 17), (37, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True),    # pointwise, partial last tile
     ((1, 3, 8, 12), (16, 3, 1, 1), (1, 1), (0, 0, 0, 0), (3, 2), False),    # pointwise, whole tiles
+    ((2, 19, 7, 7), (67, 19, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True),    # flat: tiles across rows
 ]
 
 
@@ -145,6 +146,39 @@ def test_pointwise_form_where_it_pays(x_shape, stride, pixels):
     task, attributes, _ = _task(x_shape, (64, 8, 1, 1), 32, True, stride, (0, 0, 0, 0), (1, 1))
     module = TEMPLATE.build(task, attributes, conv_space(target, 0, 32)[0], target).module
     assert ("conv2d_cpu_direct_pixels" in generate(lower(module, "cpu"), target)) == pixels
+
+
+@pytest.mark.parametrize("x_shape,stride,pads,flat", [
+    ((1, 8, 7, 7), (1, 1), (0, 0, 0, 0), True),        # 4 tiles over 49 pixels against 7 row tiles
+    ((2, 8, 5, 9), (1, 1), (0, 0, 0, 0), True),
+    ((1, 8, 56, 56), (1, 1), (0, 0, 0, 0), False),     # rows of 4 whole tiles: nothing to gain
+    ((1, 8, 7, 7), (2, 2), (0, 0, 0, 0), False),       # strided: pixels are not contiguous
+    ((1, 8, 7, 7), (1, 1), (1, 0, 0, 1), False)])      # padded
+def test_flat_form_where_it_pays(x_shape, stride, pads, flat):
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512})
+    task, attributes, _ = _task(x_shape, (64, 8, 1, 1), 32, True, stride, pads, (1, 1))
+    params = dict(conv_space(target, 0, 32)[0], form="direct")
+    module = TEMPLATE.build(task, attributes, params, target).module
+    assert ("conv2d_cpu_direct_flat" in generate(lower(module, "cpu"), target)) == flat
+
+
+@pytest.mark.parametrize("size,stride,blocked", [
+    (56, 1, True),      # 14 pixels: 28 accumulators + 16 shared input values do not fit 32 registers
+    (7, 1, False),      # 7 pixels: 14 + 9 (+ 2 weight vectors) fit: taps innermost, one pass
+    (14, 2, False)])    # 7 pixels at stride 2: 14 + 15 + 2
+def test_tap_order_from_the_register_file(size, stride, blocked):
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "l1d_bytes": 32 << 10})
+    task, attributes, _ = _task((1, 64, size, size), (64, 64, 3, 3), 32, True, (stride, stride), (1, 1, 1, 1),
+                                (1, 1))
+    params = dict(conv_space(target, 0, 32)[0], form="direct")
+    source = generate(lower(TEMPLATE.build(task, attributes, params, target).module, "cpu"), target)
+    assert ("cbi" in source) == blocked
 
 
 @pytest.mark.parametrize("ow,owb", [(56, 14), (7, 14), (112, 6), (13, 5), (1, 14), (29, 1)])
@@ -267,3 +301,45 @@ def test_items_are_handed_out_as_the_candidate_says(monkeypatch):
     source = generate(lower(TEMPLATE.build(task, attributes, conv_space(target, 0, 16)[0], target).module, "cpu"),
                       target)
     assert "hidet_parallel_for(conv2d_cpu_direct" in source
+
+
+@pytest.mark.parametrize("case", [
+    ((1, 13, 9, 11), (19, 13, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 11, 17, 23), (37, 11, 5, 3), (2, 1), (2, 0, 1, 2), (1, 2)),     # strided, dilated, uneven padding
+], ids=str)
+def test_channel_blocks_from_a_small_l1(cpu_backend, rng, case):
+    """The micro-kernel walks the input channels in blocks that fit half of L1 (read
+    from the target); with a small L1 a block is a few channels and the last one is
+    shorter: every channel is still summed once (float64 reference, poisoned output)."""
+    from hidet_plugin_ops.cpu_conv_template import channel_block
+
+    x_shape, w_shape, stride, pads, dilation = case
+    native = cpu_backend.detect_target()
+    c = w_shape[1]
+    ob = cpu_conv.block_width(native, w_shape[0])
+    task, attributes, y_shape = _task(x_shape, w_shape, ob, True, stride, pads, dilation)
+    params = dict(conv_space(native, 0, ob)[0], form="direct")
+    widths = {width for _, width in column_tiles(y_shape[3], params["owb"])}
+
+    def blocks(l1d):
+        geo = {"c": c, "kh": w_shape[2], "kw": w_shape[3], "sw": stride[1], "dw": dilation[1], "l1d": l1d}
+        return {channel_block(geo, width, ob) for width in widths}
+
+    # the smallest L1 at which every tile width takes several blocks, the last one shorter
+    l1d = next(size for size in range(1024, 1 << 16, 256) if all(1 < cb < c and c % cb for cb in blocks(size)))
+    assert blocks(64 << 10) == {c}                  # a large L1: one block
+    target = Target("cpu", native.arch, {**native.properties, "l1d_bytes": l1d})
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    ref = conv64(x, w, b, stride, pads, dilation)
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    scheduled = TEMPLATE.build(task, attributes, params, target)
+    assert "cbi" in generate(lower(scheduled.module, "cpu"), target)       # the blocked order was built
+    compiled = compile_scheduled(task, scheduled, cpu_backend, target)
+    y = np.full(y_shape, np.nan, np.float32)
+    compiled.run([x, _packed(w, ob), b], [y])
+    assert not np.isnan(y).any()
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5

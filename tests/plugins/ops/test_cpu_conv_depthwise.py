@@ -3,7 +3,8 @@
 Every candidate of the level-1 space runs on fresh random inputs with a poisoned (NaN)
 output against a float64 numpy reference, on this machine's ISA and on AVX2 (the
 target says 256-bit vectors and gcc is told ``-mno-avx512f``): odd and prime sizes,
-strides 1, 2 and 3 (row phases, columns subsampled in the store), dilations,
+strides 1, 2 and 3 (row phases; column phases, or with ``cols1`` every column computed
+and the store subsampling), dilations,
 asymmetric pads, windows larger than the image, channel multipliers, planes narrower
 than one vector (the flat phase tile runs across rows), planes cut into several row
 blocks and small planes grouped into items (a short last group included). A compiled graph fuses bias and a relu6 clip onto the stores.
@@ -17,7 +18,7 @@ import hidet_framework as hf
 from hidet_framework.backend.contract import Target
 from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_depthwise_conv import (
-    CpuDepthwiseConv2d, depthwise_space, phase_geometry, rows_per_item,
+    LATENCY_CHAINS, CpuDepthwiseConv2d, depthwise_space, phase_geometry, rows_per_item, vectors_per_step,
 )
 
 TEMPLATE = CpuDepthwiseConv2d()
@@ -120,12 +121,29 @@ def test_tiles_come_from_the_machine():
     # pitch: the padded columns read (stride 2 computes every column, the store picks)
     assert phase_geometry((3, 3), (1, 1), (1, 1), 7) == (9, 2)
     assert phase_geometry((3, 3), (2, 2), (1, 1), 56) == (113, 1)
+    # with column phases (the default at stride 2) a phase row holds every other column
+    assert phase_geometry((3, 3), (2, 2), (1, 1), 56, cols=2) == (57, 1)
+    assert phase_geometry((5, 5), (3, 3), (2, 2), 10, cols=3) == (12, 2)
     # a 7x7 plane is one item; a 112x112 one is cut into balanced row blocks in half of L1
     assert rows_per_item(avx512, (3, 3), (1, 1), (1, 1), 7, 7) == 7
     rb = rows_per_item(avx512, (3, 3), (1, 1), (1, 1), 112, 112)
     assert 1 < rb < 112 and (rb + 2 + rb) * 114 * 4 <= 16 << 10 and 112 % rb < rb
     small = Target("cpu", "x86-64", {**base, "l1d_bytes": 8 << 10, "vector_bits": 512})
     assert rows_per_item(small, (3, 3), (1, 1), (1, 1), 112, 112) < rb
+
+
+def test_vectors_per_step_keeps_the_fmas_independent():
+    """A step has at least LATENCY_CHAINS accumulators unless fewer vectors are left in
+    the item: 96@112 stride 2 (10 rows of pitch 113) takes 8, not the 1 that computes
+    71 vectors instead of 72; a 7x7 plane (63 floats) 4, not 8 (64 of 128 wasted)."""
+    assert vectors_per_step(8, 10 * 113, 16) == 8
+    assert vectors_per_step(8, 63, 16) == 4
+    assert vectors_per_step(6, 28 * 30, 8) == 5        # 105 vectors: 21 steps of 5
+    for u in range(1, 9):
+        for flat in range(1, 400, 7):
+            k = vectors_per_step(u, flat, 16)
+            assert 1 <= k <= u
+            assert k >= min(u, LATENCY_CHAINS) or -(-flat // 16) < min(u, LATENCY_CHAINS)
 
 
 def test_compiled_graph_fuses_bias_and_relu6(rng):

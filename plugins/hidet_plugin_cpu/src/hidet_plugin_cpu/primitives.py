@@ -20,7 +20,7 @@ __all__ = ["C_MATH", "math_primitive", "exp", "log", "sqrt", "rsqrt", "tanh", "e
 # name: C spelling, `{s}` where the float32 suffix `f` goes
 C_MATH = {
     "exp": "exp{s}({0})", "log": "log{s}({0})", "sqrt": "sqrt{s}({0})",
-    "rsqrt": "1.0{s} / sqrt{s}({0})", "tanh": "tanh{s}({0})", "erf": "hidet_erf{s}({0})",  # vector_math.OWN_FUNCTIONS
+    "rsqrt": "1.0{s} / sqrt{s}({0})", "tanh": "hidet_tanh{s}({0})", "erf": "hidet_erf{s}({0})",  # vector_math.OWN_FUNCTIONS
     "abs": "fabs{s}({0})", "floor": "floor{s}({0})", "ceil": "ceil{s}({0})",
     "sin": "sin{s}({0})", "cos": "cos{s}({0})", "pow": "pow{s}({0}, {1})",
     "min": "fmin{s}({0}, {1})", "max": "fmax{s}({0}, {1})", "fma": "fma{s}({0}, {1}, {2})",

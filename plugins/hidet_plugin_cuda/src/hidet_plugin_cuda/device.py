@@ -138,3 +138,10 @@ class CudaDevice(DeviceInterface):
         if events:
             events[-1][1].synchronize()
         return [end.seconds_since(start) for start, end in events]
+
+    def time_launches(self, launches: Sequence[tuple], *, warmup: int = 1, repeat: int = 5) -> list[float]:
+        """Seconds per run of bound launches, device time only (replayed as a CUDA
+        graph; `launch_timing`): what the tuner compares candidates by."""
+        from .launch_timing import time_launches
+
+        return time_launches(self, launches, warmup=warmup, repeat=repeat)

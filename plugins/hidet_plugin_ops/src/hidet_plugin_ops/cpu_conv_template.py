@@ -12,10 +12,24 @@ row; no im2col buffer, no packing, no div/mod)::
         (n, output-channel block, output row) = spatial(...) task mapping of the item
             kh range of the row (rows in the padding skipped: loop bounds)
             for each column tile (static: positions fixed by the shape):
-                micro-kernel: width x nv accumulators over c, kh, kw; taps that
-                fall into the left/right padding are dropped while tracing (the
-                tile's position is static), so there is no check in any loop
+                micro-kernel: width x nv accumulators over c, kh, kw (order below);
+                taps that fall into the left/right padding are dropped while tracing
+                (the tile's position is static), so there is no check in any loop
                 y[n, o, oh, ow] = acc + bias      (element stores: epilogues graft)
+
+Order of the reduction. At stride 1, pixel j at kernel column q reads the value pixel
+j + 1 reads at column q - 1: with the columns innermost, gcc loads each input value
+once per (c, kh) and keeps ``(width - 1) * sw + (kw - 1) * dw + 1`` of them live beside
+the ``width x nv`` accumulators. Where that fits the register file (7-pixel tiles, 1x1
+kernels) the columns stay innermost: one pass over the channels. Elsewhere (14-pixel
+tiles of 3x3 and 7x7 kernels: 28 accumulators + 16 to 33 values) gcc spilled
+accumulators (52 stack accesses per 82 FMAs in the 3x3 loop), so the channels are
+walked in blocks whose input rows and weights fit half of L1 (`channel_block`, the L1
+size read from the target) and, inside a block, one pass per kernel column: every
+loop body broadcasts each value once, and the passes after the first read L1.
+1x1 stride-1 unpadded convolutions take the pointwise form where it pays
+(`cpu_conv_pointwise.py`), else the flat form where tiles over the flat pixels are
+fewer than over the rows (`cpu_conv_flat.py`, 7x7 images).
 
 Columns are cut into ``ceil(OW / owb)`` tiles of balanced widths; tiles of one width
 whose taps are all inside share one micro-kernel, and a run of them is one loop (the
@@ -44,6 +58,7 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.tuner.template import Template
 
 from .cpu_conv import PACKED_OPERATOR, target_lanes
+from .cpu_conv_flat import build_flat, flat_applies
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
@@ -99,10 +114,26 @@ def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
     return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
 
 
+def channel_block(geo: dict, width: int, ob: int) -> int:
+    """Input channels per block of the micro-kernel: their input rows (the cache lines a
+    tile of `width` pixels reads, kh rows) and their packed weights (kh x kw x ob
+    floats) fit in half the L1 data cache (``geo["l1d"]``, read from the machine)."""
+    span = (width - 1) * geo["sw"] + (geo["kw"] - 1) * geo["dw"] + 1          # floats of one input row
+    row_bytes = (-(-span * 4 // 64) + 1) * 64                                 # its lines, misaligned
+    per_channel = geo["kh"] * (row_bytes + geo["kw"] * ob * 4)
+    return max(1, min(geo["c"], (geo["l1d"] // 2) // per_channel))
+
+
 def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
-                  x_shape: tuple, wp_shape: tuple, static_rows: bool):
+                  x_shape: tuple, wp_shape: tuple, static_rows: bool, flat: bool = False):
+    """`flat`: iw0 + j is a flat pixel index of a 1x1 stride-1 convolution (cpu_conv_flat.py)."""
     vec_ptr = PointerType(vec)
-    c, kh, kw, sw, dw, dh = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh"))
+    c, kh, kw, sw, dw, dh, w = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh", "w"))
+    cb = channel_block(geo, width, ob)
+    # taps innermost (one pass over the channels) where the input values neighbouring
+    # taps share fit the registers beside the accumulators: gcc keeps them live there
+    span = (width - 1) * sw + (kw - 1) * dw + 1
+    taps_inner = kw == 1 or flat or width * nv + nv + span <= geo["registers"]
 
     @script
     def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
@@ -116,17 +147,42 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                 acc[j, v] = cast(0.0, vec)
         lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
         hi = kh if static_rows else kh_hi
-        for ci in range(c):
-            for r in range(lo, hi):
-                ih = ih0 + r * dh
+        if taps_inner:
+            for ci in range(c):
+                for r in range(lo, hi):
+                    ih = ih0 + r * dh
+                    for q in static_range(kw):
+                        for v in static_range(nv):
+                            wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                        for j in static_range(width):
+                            if flat:
+                                xf = x[ni, ci, (iw0 + j) / w, (iw0 + j) % w]
+                                for v in static_range(nv):
+                                    acc[j, v] += cast(xf, vec) * wv[v]
+                            elif valid[j][q]:
+                                xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                                for v in static_range(nv):
+                                    acc[j, v] += cast(xv, vec) * wv[v]
+        else:
+            # channels in blocks of cb (their input rows and weights fit half of L1); in
+            # a block, one pass over (channels, kernel rows) per kernel column: a loop
+            # body then reads each broadcast input value once (with the columns
+            # innermost, gcc keeps the values that neighbouring taps share in registers
+            # and spills accumulators), and the passes after the first read L1
+            for cbi in range(_ceil_div(c, cb)):
+                c_lo = cbi * cb
+                c_hi = c_lo + cb if c % cb == 0 else min(c, c_lo + cb)
                 for q in static_range(kw):
-                    for v in static_range(nv):
-                        wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
-                    for j in static_range(width):
-                        if valid[j][q]:
-                            xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                    for ci in range(c_lo, c_hi):
+                        for r in range(lo, hi):
+                            ih = ih0 + r * dh
                             for v in static_range(nv):
-                                acc[j, v] += cast(xv, vec) * wv[v]
+                                wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
+                            for j in static_range(width):
+                                if valid[j][q]:
+                                    xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
+                                    for v in static_range(nv):
+                                        acc[j, v] += cast(xv, vec) * wv[v]
         for j in static_range(width):
             for v in static_range(nv):
                 tp = cast(address_of(tile[j * ob + v * lanes]), vec_ptr)
@@ -156,8 +212,17 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
         return _scheduled(kernel, name, params, has_bias)
+    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
+           "l1d": int(target.get("l1d_bytes", 32 << 10)), "registers": registers}
+    if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"])):
+        owb = int(params["owb"])
+        tiles = column_tiles(oh * ow, owb)
+        widths = sorted({width for _, width in tiles}, reverse=True)
+        kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
+                                 True, flat=True) for width in widths]
+        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels)
+        return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
-    geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
     # every output row sees every kernel row: no top padding, the last row's window inside
     static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
     tiles, kernels = [], {}

@@ -14,27 +14,28 @@ tiles, then computes them (see `MIN_GAP`).
 
 **Phase tile.** An item first copies the input rows its outputs read into a local
 buffer (in L1) in the padded geometry, zeros where the window leaves the image, the
-rows split into ``sh`` *phases* by their parity (one phase at stride 1, two at stride
-2); every padded column the outputs read is kept (``P`` of them)::
+rows split into ``sh`` *phases* by their parity and the columns into ``sw`` column
+phases (one of each at stride 1, two of each at stride 2)::
 
-    phase[a][u, v] = xpad[r0 * sh + u * sh + a, v]        P = (OW-1)*sw + (KW-1)*dw + 1
+    phase[a][b][u, v] = xpad[r0 * sh + u * sh + a, v * sw + b]     P = OW + (KW-1)*dw // sw
 
-Tap (i, j) of output row rr, padded column p = c*sw, reads
-``phase[(i*dh) % sh][rr + (i*dh)//sh, p + j*dw]``: in the phase's flat index that is
-``q + const(i, j)`` with ``q = rr * P + p``. So the item's outputs are computed as one
-flat range ``q = 0 .. rb*P`` in whole SIMD vectors (``U`` at a time), each tap one
+Tap (i, j) of output row rr, column c, reads phase ``((i*dh) % sh, (j*dw) % sw)`` at
+``[rr + (i*dh)//sh, c + (j*dw)//sw]``: in the phase's flat index that is ``q +
+const(i, j)`` with ``q = rr * P + c``. So the item's outputs are computed as one flat
+range ``q = 0 .. rb*P`` in whole SIMD vectors (``U`` at a time), each tap one
 unaligned vector load and one FMA with the broadcast weight: no border case, no mask,
 no gather, at any stride, dilation, padding or plane width (a 7-wide plane fills
-vectors across its rows). The positions no output needs (the ``P - OW`` extra columns
-of a row at stride 1, every other column at stride 2) are computed and dropped: at
-stride 2 that doubles the FMAs but keeps every load contiguous, which measured faster
-than splitting columns by parity too (a strided copy gcc leaves scalar). The copy
-reads each input row once, sequentially, through element reads (the padding is
-written, never read from x), so a producer of x (an injective prologue) is grafted
-onto them: the group stays one kernel (copying rows as whole vectors read x by
-address, which the fusion engine cannot graft onto; it measured no faster).
+vectors across its rows). The ``P - OW`` extra positions of a row are computed and
+dropped. (The level-1 candidate ``cols1`` keeps one column phase, every padded column:
+at stride 2 twice the FMAs with contiguous copies; session 5's default, measured
+slower once gcc vectorized the strided copy: 96@112 stride 2 381 -> 285 us, 576@14
+stride 2 77 -> 50 us single-threaded.) The copy reads each input row once per column
+phase through element reads (the padding is written, never read from x), so a
+producer of x (an injective prologue) is grafted onto them: the group stays one
+kernel (copying rows as whole vectors read x by address, which the fusion engine
+cannot graft onto; it measured no faster).
 
-**Store**: ``y[n, o, r0 + rr, c] = tile[rr * P + c * sw] + bias``: element stores along the
+**Store**: ``y[n, o, r0 + rr, c] = tile[rr * P + c] + bias`` (``c * sw`` with ``cols1``): element stores along the
 row (gcc vectorizes them); epilogues (relu6 clip, residual add) graft onto them, and
 the output is written row after row, once.
 
@@ -56,10 +57,15 @@ from hidet_framework.lang import (
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
-__all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space"]
+__all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space",
+           "vectors_per_step"]
 
 
 MIN_GAP = 512   # floats of tile copies per item where planes are grouped (see build_depthwise)
+# independent accumulators that hide an FMA's latency (4 cycles on x86 cores since
+# Haswell and Zen, at one vector FMA issued per cycle): a step of fewer vectors costs
+# as much as one of this many
+LATENCY_CHAINS = 4
 
 
 def is_depthwise(x_shape: tuple, w_shape: tuple, groups: int) -> bool:
@@ -75,18 +81,27 @@ def _registers(target: Any) -> int:
     return 32 if int(target.get("vector_bits", 256)) >= 512 else 16
 
 
-def phase_geometry(kernel: tuple, stride: tuple, dilation: tuple, ow: int) -> tuple[int, int]:
+def phase_geometry(kernel: tuple, stride: tuple, dilation: tuple, ow: int, cols: int = 1) -> tuple[int, int]:
     """(pitch P of a phase row: the padded columns the outputs read, extra phase rows an
-    item reads past its rb rows)."""
+    item reads past its rb rows). ``cols``: column phases (1, or the column stride:
+    then a phase row holds every sw-th padded column and P is about OW)."""
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    if cols > 1:
+        return ow + ((kw - 1) * dw) // cols, ((kh - 1) * dh) // sh
     return (ow - 1) * sw + (kw - 1) * dw + 1, ((kh - 1) * dh) // sh
 
 
+def column_phases(stride: tuple, params: Mapping[str, Any]) -> int:
+    """Column phases of the tile: the column stride by default (only the columns the
+    outputs need are computed), 1 with ``cols1`` (every column computed, the store picks)."""
+    return 1 if params.get("cols1") else stride[1]
+
+
 def rows_per_item(target: Any, kernel: tuple, stride: tuple, dilation: tuple, oh: int, ow: int,
-                  scale: float = 1.0) -> int:
+                  scale: float = 1.0, cols: int = 1) -> int:
     """Output rows per work item: the phase tile and the output tile in half of L1."""
-    pitch, extra = phase_geometry(kernel, stride, dilation, ow)
-    phases = stride[0]
+    pitch, extra = phase_geometry(kernel, stride, dilation, ow, cols)
+    phases = stride[0] * cols
     budget = int(scale * int(target.get("l1d_bytes", 32 << 10)) // 2 // 4)      # floats
     rb = (budget // pitch - phases * extra) // (phases + 1)
     rb = max(1, min(oh, rb))
@@ -105,6 +120,16 @@ def _unroll(target: Any, taps: int) -> int:
     return 1
 
 
+def vectors_per_step(u: int, flat: int, lanes: int) -> int:
+    """The item's ``flat`` outputs are computed in whole steps of k vectors: the k (at
+    most the candidate's u) of the least time, the largest of those. A step of k
+    vectors costs max(k, LATENCY_CHAINS): with fewer accumulators the taps' FMAs wait
+    on each other (counting k alone chose k = 1 for 96@112 stride 2, 71 vectors
+    instead of 72 with 9 dependent FMAs each: 387 -> 325 us single-threaded with
+    k = 8; 576@14: 72 -> 56 us)."""
+    return min(range(u, 0, -1), key=lambda k: -(-flat // (k * lanes)) * max(k, LATENCY_CHAINS))
+
+
 def depthwise_space(target: Any, level: int) -> list[dict]:
     """``l1``: the share of L1 an item's tiles take (scales `rows_per_item`); ``unroll``:
     vectors per step. Level 0: half of L1, the register file's unroll."""
@@ -113,6 +138,7 @@ def depthwise_space(target: Any, level: int) -> list[dict]:
     if level > 0:
         out += [{"l1": 0.5, "unroll": u}, {"l1": 2.0, "unroll": u}, {"l1": 4.0, "unroll": u}]
         out += [{"l1": 1.0, "unroll": k} for k in (1, 2) if k != u]
+        out += [{"l1": 1.0, "unroll": u, "cols1": True}]
     return out
 
 
@@ -144,32 +170,35 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
     lanes = _lanes(target)
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     vec_ptr = PointerType(vec)
-    rb = rows_per_item(target, (kh, kw), (sh, sw), (dh, dw), oh, ow, float(params.get("l1", 1.0)))
+    cp = column_phases((sh, sw), params)
+    rb = rows_per_item(target, (kh, kw), (sh, sw), (dh, dw), oh, ow, float(params.get("l1", 1.0)), cp)
     u = max(1, int(params.get("unroll", 1)))
-    pitch, extra = phase_geometry((kh, kw), (sh, sw), (dh, dw), ow)
+    pitch, extra = phase_geometry((kh, kw), (sh, sw), (dh, dw), ow, cp)
     blocks = -(-oh // rb)
-    # the flat outputs computed are whole steps of u vectors: the u (at most the
-    # candidate's) that computes the fewest, the largest of those
-    u = min(range(u, 0, -1), key=lambda k: -(-(rb * pitch) // (k * lanes)) * k)
+    u = vectors_per_step(u, rb * pitch, lanes)
     step = u * lanes
     q_end = -(-(rb * pitch) // step) * step
-    span = ((kh - 1) * dh // sh) * pitch + (kw - 1) * dw
+    span = ((kh - 1) * dh // sh) * pitch + ((kw - 1) * dw) // cp
     phase_rows = rb + extra
     phase_len = max(phase_rows * pitch, q_end + span)   # every vector load stays inside
-    # columns of a phase row: [0, lo) padding, [lo, hi) copied from x, [hi, pitch) padding
-    lo = min(pitch, left)
-    hi = max(lo, min(pitch, left + w))
-    taps = [((i * dh) % sh, ((i * dh) // sh) * pitch + j * dw) for i in range(kh) for j in range(kw)]
+    # column v of column phase b is padded column v * cp + b; a phase row's columns:
+    # [0, lo[b]) padding, [lo[b], hi[b]) copied from x, [hi[b], pitch) padding
+    lo = [min(pitch, max(0, -(-(left - b) // cp))) for b in range(cp)]
+    hi = [max(lo[b], min(pitch, -(-(left + w - b) // cp))) for b in range(cp)]
+    # tap (i, j): (phase, offset in the phase's flat index)
+    taps = [(((i * dh) % sh) * cp + (j * dw) % cp, ((i * dh) // sh) * pitch + (j * dw) // cp)
+            for i in range(kh) for j in range(kw)]
     # Planes per item: small planes are grouped, so the per-item costs (hand-out, index
     # arithmetic, weights) are shared, and an item copies the tiles of all its planes
     # before it computes them: a tile's vector loads then come well after the stores
     # that wrote it (a load that overlaps stores still in the store buffer cannot be
     # forwarded and waits). 960 planes of 7x7: 41 -> 36 us single-threaded.
-    group = 1 if blocks > 1 else max(1, min(o, -(-MIN_GAP // (sh * phase_len))))
+    group = 1 if blocks > 1 else max(1, min(o, -(-MIN_GAP // (sh * cp * phase_len))))
     groups = -(-o // group)
     item_map = spatial(n, groups, blocks)
     b_shape = (o,) if has_bias else (1,)
-    plane_len = sh * phase_len
+    plane_len = sh * cp * phase_len
+    cstep = sw // cp          # tile columns per output column
 
     name = "avg_pool2d_cpu" if pool else "conv2d_depthwise_cpu"
 
@@ -186,23 +215,24 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
                 for g in range(min(group, o - grp * group)):
                     ci = (grp * group + g) // mult
                     for a in static_range(sh):
-                        for row in range(phase_rows):
-                            ih = (r0 + row) * sh + a - top
-                            at = g * plane_len + a * phase_len + row * pitch
-                            if 0 <= ih and ih < h:
-                                for v in range(lo):
-                                    ph[at + v] = 0.0
-                                # element reads (gcc vectorizes the contiguous loop): a
-                                # producer of x can still be grafted onto them
-                                for v in range(lo, hi):
-                                    ph[at + v] = x[ni, ci, ih, v - left]
-                                for v in range(hi, pitch):
-                                    ph[at + v] = 0.0
-                            else:
-                                for v in range(pitch):
-                                    ph[at + v] = 0.0
-                        for v in range(phase_rows * pitch, phase_len):
-                            ph[g * plane_len + a * phase_len + v] = 0.0
+                        for b in static_range(cp):
+                            for row in range(phase_rows):
+                                ih = (r0 + row) * sh + a - top
+                                at = g * plane_len + (a * cp + b) * phase_len + row * pitch
+                                if 0 <= ih and ih < h:
+                                    for v in range(lo[b]):
+                                        ph[at + v] = 0.0
+                                    # element reads (gcc vectorizes the loop): a producer
+                                    # of x can still be grafted onto them
+                                    for v in range(lo[b], hi[b]):
+                                        ph[at + v] = x[ni, ci, ih, v * cp + b - left]
+                                    for v in range(hi[b], pitch):
+                                        ph[at + v] = 0.0
+                                else:
+                                    for v in range(pitch):
+                                        ph[at + v] = 0.0
+                            for v in range(phase_rows * pitch, phase_len):
+                                ph[g * plane_len + (a * cp + b) * phase_len + v] = 0.0
                 for g in range(min(group, o - grp * group)):
                     oc = grp * group + g
                     base = g * plane_len
@@ -230,12 +260,12 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
                             for col in range(ow):
                                 w0 = col * sw - left
                                 count = rows_in * (min(w0 + kw, end_w) - max(w0, low))
-                                y[ni, oc, r0 + rr, col] = tile[rr * pitch + col * sw] / cast(count, f32)
+                                y[ni, oc, r0 + rr, col] = tile[rr * pitch + col * cstep] / cast(count, f32)
                     else:
                         bias = b[oc] if has_bias else 0.0
                         for rr in range(min(rb, oh - r0)):
                             for col in range(ow):
-                                y[ni, oc, r0 + rr, col] = tile[rr * pitch + col * sw] + bias
+                                y[ni, oc, r0 + rr, col] = tile[rr * pitch + col * cstep] + bias
 
     if pool:
         refs = (BufferRef("input", 0), BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("output", 0))

@@ -35,9 +35,11 @@ rows instead of once per row:
         y[b, i0 + r, c] = ys[r, c]                    rows < M only; element stores
 
 Every thread keeps the same (r, c) outputs through all chunks, so ``ys`` needs no
-barrier of its own. The space: the per-row form with ``T`` in 128, 256, 64, 32, and
-the tiled one with R in ROW_TILES and T in 128, 256 (level 0: the largest R that
-still gives every SM a block, from the target's SM count).
+barrier of its own. The per-row form for keys stored D-fastest (``rows`` 1, ``k_order``
+"d") gives each key to a warp instead (cuda_attention_warps.py). The space: the per-row
+form with ``T`` in 128, 256, 64, 32, the tiled one with R in ROW_TILES and T in 128,
+256, the warp-per-key one with T in 128, 256 (level 0: the largest R that still gives
+every SM a block, from the target's SM count).
 """
 from __future__ import annotations
 
@@ -50,18 +52,20 @@ from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, script, shared_tensor, static_range
+from hidet_framework.lang import attrs, script, shared_tensor, static_range, unroll
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .attention import accumulator_dtype
 from .cpu_attention import _Batched, row_functions
+from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
 
 SHARED_LIMIT = 48 * 1024
 ROW_TILES = (16, 8, 4, 2)  # query rows per block of the tiled form
 CHUNK = 32  # keys per shared tile of the tiled form
+BLOCKS_PER_SM = 1  # level 0's tiled form: the largest R that still gives every SM this many blocks
 
 
 def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
@@ -99,7 +103,7 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
         for k in range(d_chunks):
             r = k * threads + tid
             if r < d:
-                qs[r] = qa.load(qx, b, i, r, ct)
+                qs[r] = qa.load(qx, b, i, minimum(r, d - 1), ct)
         syncthreads()
         top = lowest
         for k in range(n_chunks):
@@ -107,8 +111,8 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
             if j < n:
                 s = const(0.0, ct)
                 for r in range(d):
-                    s = s + qs[r] * ka.load(kx, b, r, j, ct)
-                z = logit(s, mk, b, i, j)
+                    s = s + qs[r] * ka.load(kx, b, r, minimum(j, n - 1), ct)
+                z = logit(s, mk, b, i, minimum(j, n - 1))
                 srow[j] = z
                 top = maximum(top, z)
         for lv in static_range(5):
@@ -140,8 +144,8 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
             if c < dv:
                 acc = const(0.0, ct)
                 for j in range(n):
-                    acc = acc + probability(srow[j], inv) * va.load(vx, b, j, c, ct)
-                yx[ya.index(b, i, c)] = cast(acc, y.dtype)
+                    acc = acc + probability(srow[j], inv) * va.load(vx, b, j, minimum(c, dv - 1), ct)
+                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, y.dtype)
 
     return attention_rows_cuda
 
@@ -185,30 +189,38 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
         i0 = blockIdx.x % row_blocks * rows
         tid = threadIdx.x
         lane = tid % 32
-        for e in range(tid, rows * d, threads):
-            qs[e / d, e % d] = qa.load(qx, b, minimum(i0 + e / d, m - 1), e % d, ct)
-        for e in range(tid, rows * dv, threads):
-            ys[e / dv, e % dv] = zero
+        for u_eq in unroll(-(-(rows * d) // threads)):  # a constant trip count: loads overlap
+            eq = u_eq * threads + tid
+            if eq < rows * d:
+                qs[eq / d, eq % d] = qa.load(qx, b, minimum(i0 + eq / d, m - 1), eq % d, ct)
+        for u_ez in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+            ez = u_ez * threads + tid
+            if ez < rows * dv:
+                ys[ez / dv, ez % dv] = zero
         for c0 in range(chunks):
             syncthreads()  # the previous chunk's readers of ks are done
-            for e in range(tid, d * CHUNK, threads):
-                r = e % d if k_order == "d" else e / CHUNK
-                jj = e / d if k_order == "d" else e % CHUNK
-                if c0 * CHUNK + jj < n:
-                    ks[r, jj] = ka.load(kx, b, r, minimum(c0 * CHUNK + jj, n - 1), ct)
-                else:
-                    ks[r, jj] = zero
+            for u_ek in unroll(-(-(d * CHUNK) // threads)):  # a constant trip count: loads overlap
+                ek = u_ek * threads + tid
+                if ek < d * CHUNK:
+                    r = ek % d if k_order == "d" else ek / CHUNK
+                    jj = ek / d if k_order == "d" else ek % CHUNK
+                    if c0 * CHUNK + jj < n:
+                        ks[r, jj] = ka.load(kx, b, r, minimum(c0 * CHUNK + jj, n - 1), ct)
+                    else:
+                        ks[r, jj] = zero
             syncthreads()
-            for e in range(tid, rows * CHUNK, threads):
-                r = e / CHUNK
-                jj = e % CHUNK
-                s = zero
-                for c in range(d):
-                    s = s + qs[r, c] * ks[c, jj]
-                if c0 * CHUNK + jj < n:
-                    srow[r, c0 * CHUNK + jj] = logit(s, mk, b, minimum(i0 + r, m - 1), c0 * CHUNK + jj)
-                else:
-                    srow[r, c0 * CHUNK + jj] = zero  # a probability of 0 for the padding keys
+            for u_es in unroll(-(-(rows * CHUNK) // threads)):  # a constant trip count: loads overlap
+                es = u_es * threads + tid
+                if es < rows * CHUNK:
+                    r = es / CHUNK
+                    jj = es % CHUNK
+                    s = zero
+                    for c in range(d):
+                        s = s + qs[r, c] * ks[c, jj]
+                    if c0 * CHUNK + jj < n:
+                        srow[r, c0 * CHUNK + jj] = logit(s, mk, b, minimum(i0 + r, m - 1), c0 * CHUNK + jj)
+                    else:
+                        srow[r, c0 * CHUNK + jj] = zero  # a probability of 0 for the padding keys
         syncthreads()
         for r in range(tid / 32, rows, warps):  # one warp a row: the shuffles stay warp-uniform
             top = lowest
@@ -228,20 +240,26 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
                 srow[r, j] = probability(srow[r, j], inv)
         for c0 in range(chunks):
             syncthreads()  # the probabilities (first chunk) or the previous chunk's readers of vs
-            for e in range(tid, CHUNK * dv, threads):
-                if c0 * CHUNK + e / dv < n:
-                    vs[e / dv, e % dv] = va.load(vx, b, minimum(c0 * CHUNK + e / dv, n - 1), e % dv, ct)
-                else:
-                    vs[e / dv, e % dv] = zero
+            for u_ev in unroll(-(-(CHUNK * dv) // threads)):  # a constant trip count: loads overlap
+                ev = u_ev * threads + tid
+                if ev < CHUNK * dv:
+                    if c0 * CHUNK + ev / dv < n:
+                        vs[ev / dv, ev % dv] = va.load(vx, b, minimum(c0 * CHUNK + ev / dv, n - 1), ev % dv, ct)
+                    else:
+                        vs[ev / dv, ev % dv] = zero
             syncthreads()
-            for e in range(tid, rows * dv, threads):
-                acc = ys[e / dv, e % dv]
-                for jj in range(CHUNK):
-                    acc = acc + srow[e / dv, c0 * CHUNK + jj] * vs[jj, e % dv]
-                ys[e / dv, e % dv] = acc
-        for e in range(tid, rows * dv, threads):
-            if i0 + e / dv < m:
-                yx[ya.index(b, i0 + e / dv, e % dv)] = cast(ys[e / dv, e % dv], y.dtype)
+            for u_ep in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+                ep = u_ep * threads + tid
+                if ep < rows * dv:
+                    acc = ys[ep / dv, ep % dv]
+                    for jj in range(CHUNK):
+                        acc = acc + srow[ep / dv, c0 * CHUNK + jj] * vs[jj, ep % dv]
+                    ys[ep / dv, ep % dv] = acc
+        for u_ey in unroll(-(-(rows * dv) // threads)):  # a constant trip count: loads overlap
+            ey = u_ey * threads + tid
+            if ey < rows * dv:
+                if i0 + ey / dv < m:
+                    yx[ya.index(b, i0 + ey / dv, ey % dv)] = cast(ys[ey / dv, ey % dv], y.dtype)
 
     return attention_tiles_cuda
 
@@ -266,15 +284,21 @@ class CudaAttention(Template):
         if level == 0:
             return [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
+        warp_rows = [{"rows": 1, "threads": t, "k_order": "d"} for t in (128, 256)]
         return ([{"rows": "auto", "threads": 128, "k_order": "d"}] + [{"threads": t} for t in (128, 256, 64, 32)]
-                + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}])
+                + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}] + warp_rows)
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
+        candidate = dict(params)
+        if params.get("rows") == "auto":
+            params = {**params, **auto_form(task, attributes, target)}
         threads = int(params["threads"])
         rows = tile_rows(task, attributes, params.get("rows", 1), target)
         if rows > 1:
             fn = _tiled_kernel(task, attributes, threads, rows, params.get("k_order", "d"), name)
+        elif params.get("rows") == 1 and params.get("k_order") == "d":
+            fn = warp_kernel(task, attributes, threads, name)
         else:
             fn = _kernel(task, attributes, threads, name)
         buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
@@ -285,7 +309,7 @@ class CudaAttention(Template):
             module = ir_module(name, [Function(ir.name, [p for k, p in enumerate(ir.params) if k != 3], ir.body, ir.kind,
                                                ir.ret_type, ir.attrs)])
             buffers = buffers[:3] + buffers[4:]
-        return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=dict(params))
+        return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=candidate)
 
 
 def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) -> int:
@@ -302,7 +326,32 @@ def tile_rows(task: Any, attributes: Mapping[str, Any], rows: Any, target: Any) 
         sms = int(target.get("sm_count", 132)) if hasattr(target, "get") else 132
         entries = math.prod(int(s) for s in attributes["batch"])
         fitting = [r for r in fitting if r <= m]  # no block of mostly repeated rows (decode: M = 1)
-        busy = [r for r in fitting if entries * -(-m // r) >= sms]
+        busy = [r for r in fitting if entries * -(-m // r) >= sms * BLOCKS_PER_SM]
         return busy[0] if busy else (fitting[-1] if fitting else 1)
     rows = int(rows)
     return max([r for r in fitting if r <= rows], default=1) if rows > 1 else 1
+
+
+ROW_THREADS = 128  # threads of the per-row forms chosen at level 0
+
+
+def auto_form(task: Any, attributes: Mapping[str, Any], target: Any) -> dict:
+    """What the level-0 candidate (``rows`` "auto") builds. The per-row form (a key per
+    thread) where K is a stored [B, D, N] tensor (no graft feeds it: a row of keys is
+    contiguous, the form's K reads are coalesced), the rows alone fill the GPU (B*M
+    blocks, at least one per SM) and the keys and values of one batch entry, which
+    every row of it reads again, fit in a quarter of one SM's shared memory / L1
+    (``N * (D + Dv)`` elements: the re-reads stay on chip). Otherwise the tiled form
+    with ``tile_rows``' R: when a graft feeds K (the exported K^T, a transpose of a
+    [N, D]-major product, BERT's and GPT-2's), a per-row form reads every key once per
+    query row through the graft (measured on the H200: 20-22 us a call for BERT's and
+    GPT-2's 12 x 128 x 128 x 64, docs/perf_notes.md) where the tiled form shares it."""
+    entries = math.prod(int(s) for s in attributes["batch"])
+    m, n, d, dv = (int(attributes[k]) for k in ("m", "n", "d", "dv"))
+    props = target.get if hasattr(target, "get") else (lambda key, default=None: default)
+    sms, on_chip = int(props("sm_count", 132)), int(props("smem_per_sm", 228 * 1024))
+    width = task.inputs[0].dtype.nbytes
+    grafted_k = 1 in tuple(int(i) for i in attributes.get("fusion.prologue_inputs", ()))
+    if not grafted_k and entries * m >= sms and n * (d + dv) * width <= on_chip // 4:
+        return {"rows": 1, "threads": ROW_THREADS}
+    return {"rows": "auto", "threads": 128, "k_order": "d"}

@@ -1,0 +1,84 @@
+"""The flat form of ``ops.conv2d_cpu_direct`` (1x1, stride 1, no padding, where the
+pointwise form does not pay): the output pixels of an image are one flat row.
+
+A 1x1 stride-1 convolution without padding reads input pixel p for output pixel p,
+so the direct form's register tile (pixels x output-channel vectors) need not stop at
+the end of an image row: on a 7x7 image a row gives a tile of 7 pixels (half the
+register tile: 14 FMAs per pair of weight vectors loaded, the weight block streamed
+once per row), the flat row of 49 pixels gives 4 tiles of 12-13 pixels. The tiles
+are placed over the flat pixels with `column_tiles`; an item is (image, channel block,
+tile), the micro-kernel and the element stores are the direct form's with the pixel
+index unravelled (``p / W``, ``p % W``: constants, hoisted out of the reduction)::
+
+    parallel over items (n, channel block, flat tile), handed out dynamically:
+        micro-kernel: width x nv accumulators over c
+        y[n, o, p / OW, p % OW] = acc + bias      (element stores: epilogues graft)
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script
+
+__all__ = ["flat_applies", "build_flat"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def flat_applies(x_shape: tuple, wp_shape: tuple, y_shape: tuple, attributes: Mapping[str, Any], owb: int) -> bool:
+    """1x1, stride 1, no padding, and fewer register tiles over the flat pixels than
+    over the rows (7x7: 4 against 7; 56x56 with 14-pixel tiles: the same, not flat)."""
+    _, _, kh, kw, _ = wp_shape
+    oh, ow = y_shape[2], y_shape[3]
+    if (kh, kw) != (1, 1) or tuple(attributes["stride"]) != (1, 1) or tuple(attributes["padding"]) != (0,) * 4:
+        return False
+    return _ceil_div(oh * ow, owb) < oh * _ceil_div(ow, owb)
+
+
+def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_bias: bool, params: Mapping[str, Any],
+               owb: int, tiles: list, kernels: list):
+    """The kernel function: `tiles` are `column_tiles(OH * OW, owb)` (at most two widths,
+    wider first), `kernels[k]` the micro-kernel of the k-th width (flat reads)."""
+    n, _, _, _ = x_shape
+    blocks, _, _, _, ob = wp_shape
+    o, ow = y_shape[1], y_shape[3]
+    ragged = o % ob != 0
+    b_shape = (o,) if has_bias else (1,)
+    count = len(tiles)
+    wide = tiles[0][1]
+    extra = sum(1 for _, width in tiles if width == wide) if tiles[-1][1] != wide else count
+    narrow = tiles[-1][1]
+    row_inner = params.get("order", "row") == "row"
+    item_map = spatial(n, blocks, count) if row_inner else spatial(n, count, blocks)
+    schedule = params.get("schedule", "dynamic")
+    kernel_wide, kernel_narrow = kernels[0], kernels[-1]
+
+    @script
+    def conv2d_cpu_flat(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for item in parallel(n * blocks * count, schedule=schedule):
+            tile = local_tensor(f32, [owb * ob])
+            for ni, u, v in item_map.on(item):
+                blk = u if row_inner else v
+                t = v if row_inner else u
+                width = wide
+                col0 = t * wide
+                if t < extra:
+                    kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                else:
+                    width = narrow
+                    col0 = extra * wide + (t - extra) * narrow
+                    kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                for k in range(ob):
+                    oc = blk * ob + k
+                    if not ragged or oc < o:
+                        bias = b[oc] if has_bias else 0.0
+                        for j in range(width):
+                            p = col0 + j
+                            y[ni, oc, p / ow, p % ow] = tile[j * ob + k] + bias
+
+    return conv2d_cpu_flat
