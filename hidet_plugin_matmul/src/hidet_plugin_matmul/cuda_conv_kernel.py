@@ -42,7 +42,7 @@ from hidet_plugin_matmul.cuda_ir_builders import (
 from hidet_plugin_matmul.cuda_conv_gather import ConvGather
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div
 from hidet_plugin_matmul.cuda_smem_offsets import tile_copy
-from hidet_plugin_matmul.cuda_tensor_core_kernel import MmaBlock, split_reduce_kernel
+from hidet_plugin_matmul.cuda_tensor_core_kernel import MmaBlock
 
 
 def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], name: str):
@@ -187,12 +187,28 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
 
 def build_conv_split_reduce(geo: ConvGeometry, dt: Any, split: int, name: str):
     """y = sum over the split slices of the fp32 partials [split, G, M, Cog], rounded once."""
-    (oh, ow), cog = geo.out_hw, geo.cog
+    from hidet_plugin_cuda import lang as cu
 
-    def y_index(gz, row, col):
-        return geo.y_index(row // (oh * ow), gz * cog + col, row // ow % oh, row % ow)
+    (oh, ow), groups, m, cog = geo.out_hw, geo.groups, geo.m, geo.cog
+    total = groups * m * cog
 
-    return split_reduce_kernel(geo.groups, geo.m, cog, dt, split, name, geo.y_shape, y_index)
+    @script
+    def conv_split_reduce(ws: f32[(split, groups, m, cog)], y: dt[geo.y_shape]):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = ceil_div(total, 256)
+        attrs.cuda.block_dim = 256
+        idx = cu.blockIdx.x * 256 + cu.threadIdx.x
+        if idx < total:
+            gz = idx // (m * cog)
+            row = idx // cog % m
+            col = idx % cog
+            s: f32 = 0.0
+            for z in static_range(split):
+                s += ws[z, gz, row, col]
+            y[geo.y_index(row // (oh * ow), gz * cog + col, row // ow % oh, row % ow)] = s
+
+    return conv_split_reduce
 
 
 def build_nhwc_copy(geo: ConvGeometry, dt: Any, name: str):

@@ -326,19 +326,13 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
 
 def build_split_reduce(ops: MatmulOperands, dt: Any, split: int, name: str):
     """c = sum over the split slices of the fp32 workspace, rounded once to the dtype."""
-    return split_reduce_kernel(ops.batch, ops.m, ops.n, dt, split, name, ops.c_shape, ops.c_index)
-
-
-def split_reduce_kernel(batch: int, m: int, n: int, dt: Any, split: int, name: str, c_shape: tuple,
-                        c_index: Any):
-    """The split-K reduce of `batch` M x N partial sums ``ws[split, batch, m, n]`` into
-    ``c[c_index(bz, row, col)]`` (the matmul's C, or the conv's y), one thread an output."""
     from hidet_plugin_cuda import lang as cu
 
+    m, n, batch = ops.m, ops.n, ops.batch
     total = batch * m * n
 
     @script
-    def split_reduce(ws: f32[(split, batch, m, n)], c: dt[c_shape]):
+    def split_reduce(ws: f32[(split, batch, m, n)], c: dt[ops.c_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
         attrs.cuda.grid_dim = ceil_div(total, 256)
@@ -351,6 +345,6 @@ def split_reduce_kernel(batch: int, m: int, n: int, dt: Any, split: int, name: s
             s: f32 = 0.0
             for z in static_range(split):
                 s += ws[z, bz, row, col]
-            c[c_index(bz, row, col)] = s
+            c[ops.c_index(bz, row, col)] = s
 
     return split_reduce
