@@ -161,17 +161,20 @@ def test_launches_follow_the_staging():
     assert len(t.build(*task_of(nhwc, "float16"), space[0], target).launches) == 1
     st = t.build(*task_of(odd, "bfloat16"), split, target)
     assert [w.name for w in st.workspace] == ["conv_split_k_partials"] and len(st.launches) == 2
-    # a 1x1 stride-1 unpadded conv of NCHW x with H*W % 8 == 0 reads x as it lies (no copy),
-    # unless a candidate asks for the copy; any other 1x1 (padded, strided, odd plane) copies
-    pointwise = geometry(CASES[6])
-    assert conv_staging(pointwise, space[0]) == "cf" and conv_staging(pointwise, dict(space[0], nhwc=1)) == "reg"
-    st = t.build(*task_of(pointwise, "float16"), space[0], target)
+    # opt-in (not yet run on a GPU, so in no space and no default): a 1x1 stride-1 unpadded
+    # conv of NCHW x with H*W % 4 == 0 reads x as it lies (no copy); any other 1x1 (padded,
+    # strided, odd plane, NHWC) does not
+    pointwise, cf = geometry(CASES[6]), dict(space[0], channels_first=1)
+    assert conv_staging(pointwise, cf) == "cf" and conv_staging(pointwise, space[0]) == "reg"
+    assert not any(p.get("channels_first") for level in (0, 1, 2) for p in t.space(target, level))
+    st = t.build(*task_of(pointwise, "float16"), cf, target)
     assert not st.workspace and [b.kind for b in st.launches[0].buffers] == ["input", "input", "output"]
-    assert conv_staging(geometry(CASES[7]), space[0]) == "cf"  # 20-pixel planes: 4-pixel (8-byte) chunks
-    assert ConvGather(geometry(CASES[7]), space[1]).vec == 4 and ConvGather(pointwise, space[1]).vec == 8
+    assert conv_staging(geometry(CASES[7]), cf) == "cf"  # 20-pixel planes: 4-pixel (8-byte) chunks
+    cf1 = dict(space[1], channels_first=1)
+    assert ConvGather(geometry(CASES[7]), cf1).vec == 4 and ConvGather(pointwise, cf1).vec == 8
     for other in (geometry(CASES[3]), attrs.evolve(pointwise, stride=(2, 2)), attrs.evolve(pointwise, pads=(0, 0, 0, 1)),
                   geometry(CASES[6], "nhwc"), attrs.evolve(pointwise, height=3, width=7)):
-        assert conv_staging(other, space[0]) != "cf"
+        assert conv_staging(other, cf) != "cf"
 
 
 def _fused_pointwise(prologue: bool):
@@ -189,7 +192,8 @@ def _fused_pointwise(prologue: bool):
     (op,) = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES).nodes
     group = op.attributes[GROUP_ATTRIBUTE]
     t = CudaConvImplicitGemm()
-    built = t.build(group.anchor_member.task, group.anchor_attributes(), t.space(_target(), 0)[0], _target())
+    cf = dict(t.space(_target(), 1)[1], channels_first=1)  # the fixed default tile, opted in
+    built = t.build(group.anchor_member.task, group.anchor_attributes(), cf, _target())
     return group, fuse_group(built, group)
 
 
@@ -265,7 +269,7 @@ def test_gather_reproduces_im2col_tile_by_tile(case, layout, rng):
     cols = im2col(x, geo)
     space = conv_space(_target(), 1)
     picks = [auto_params(geo, _target()), space[1], dict(space[1], reg_stage=1),
-             next(p for p in space if p.get("split_k", 1) > 1)]
+             next(p for p in space if p.get("split_k", 1) > 1), dict(space[1], channels_first=1)]
     for params in picks:
         gather = ConvGather(geo, params)
         xs = to_layout(x, gather.geo.x_layout)  # the NHWC copy under staging "nhwc"
@@ -301,8 +305,8 @@ def test_candidates_and_fused_epilogue_compile_to_sm90(tmp_path, monkeypatch):
     space = t.space(target, 1)
     split = next(p for p in space if p.get("split_k", 1) > 1)
     jobs = [(geometry(CASES[0]), "float16", space[0]), (geometry(CASES[2], "nhwc"), "bfloat16", split),
-            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", space[0]),
-            (geometry(CASES[7]), "float16", space[0])]
+            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", dict(space[1], channels_first=1)),
+            (geometry(CASES[7]), "float16", dict(space[1], channels_first=1))]
     makers = [lambda j=j: t.build(*task_of(j[0], j[1]), j[2], target) for j in jobs]
     results = build_in_parallel(makers, CudaBackend(), target, workers=2)
     assert not [err for _, _, err, _ in results if err]
@@ -343,9 +347,10 @@ GPU_COMBOS = [("nchw", "nchw", "float16"), ("nhwc", "nhwc", "float16"), ("nchw",
 
 
 def _picks(space: list) -> list:
-    """The automatic default, the fixed default, its register-staged form, split-K,
-    BK = 64 and a 64-row tile."""
+    """The automatic default, the fixed default, its register-staged form, split-K, the
+    channels-first opt-in, BK = 64 and a 64-row tile."""
     picks = [space[0], space[1], dict(space[1], reg_stage=1)] + [p for p in space if p.get("split_k", 1) > 1][:1]
+    picks += [dict(space[1], channels_first=1)]  # the opt-in path (where the shape allows it)
     return picks + [p for p in space if p.get("block_k") == 64][:1] + [p for p in space if p.get("block_m") == 64][:1]
 
 
@@ -429,9 +434,9 @@ def test_public_path_conv_bias_relu(cuda_env, case, rng):
 
 
 @pytest.mark.cuda
-def test_public_path_prologue_on_a_channels_first_conv(cuda_env, rng):
-    """mul -> conv 1x1 (channels-first shape, C % 8 == 0) -> add -> relu: the prologue
-    moves the conv to the NHWC copy, whose element reads take it (2 launches)."""
+def test_public_path_prologue_on_a_pointwise_conv(cuda_env, rng):
+    """mul -> conv 1x1 (C % 8 == 0) -> add -> relu: the prologue goes to the NHWC copy,
+    whose element reads take it (2 launches)."""
     geo = ConvGeometry(2, 16, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width)).astype(np.float16)
     w = rng.standard_normal((geo.out_channels, geo.cg) + geo.kernel).astype(np.float16)

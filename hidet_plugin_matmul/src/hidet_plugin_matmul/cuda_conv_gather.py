@@ -54,7 +54,10 @@ def channels_first(geo: ConvGeometry) -> int:
 def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
     if params.get("reg_stage"):
         return "reg"
-    if channels_first(geo) and not params.get("nhwc"):
+    # channels-first is an explicit opt-in (params["channels_first"]), in no space and no
+    # default: NOT YET RUN ON A GPU (session 6 lost its device windows); compiled with nvcc
+    # and its gather emulated on ints only
+    if params.get("channels_first") and channels_first(geo):
         return "cf"
     if geo.cg % 8:
         return "reg"

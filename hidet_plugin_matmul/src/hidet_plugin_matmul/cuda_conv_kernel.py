@@ -17,8 +17,8 @@ the bound checks the shape leaves and one select. Staging:
 - ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
   0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
   launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
-- ``cf`` (channels-first: 1x1, stride 1, no padding or groups, NCHW x with H*W % 4 ==
-  0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels (8-byte
+- ``cf`` (opt-in ``channels_first``, not yet run on a GPU; 1x1, stride 1, no padding
+  or groups, NCHW x with H*W % 4 == 0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels (8-byte
   chunks of 4 where H*W % 8 == 4) of one channel into a [BK, BM] shared tile,
   fragments by ldmatrix.trans; no copy launch;
 - ``reg``: guarded element reads into registers (pixel-major threads), stored to
@@ -70,7 +70,11 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
     n_whole = np_ % bn == 0
     out_dt = f32 if split > 1 else dt
     out_shape = (split, groups, m, cog) if split > 1 else geo.y_shape
-    load_frags, mma_all = blk.load_frags, blk.mma_all
+    load_frags = blk.load_frags
+
+    def mma_all(acc, af, bf, fb):  # accumulators as separate in and out operands (the form run in W1)
+        return seq_of([blk.mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
+                       for mi in range(mt) for ni in range(nt)])
 
     # ---- host helpers emitting statements (called while tracing) ----------------
     def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj):
@@ -173,7 +177,11 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
                 else:
                     load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
                 mma_all(acc, af, bf, kk % 2)
-        for mi, ni, e, row, col in blk.outputs(tid, m0, n0):
+        lane = tid % 32
+        wr, wc = blk.warp_of(tid)
+        for mi, ni, e in grid3(mt, nt, 4):
+            row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
+            col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
             if guard([(m_whole, row < m), (cog % bn == 0, col < cog)]):
                 out[gather.out_index(zs, gz, row, col)] = acc[mi, ni, e]
 

@@ -153,13 +153,6 @@ class MmaBlock:
             out += [store(regs[t], e) for t, e in enumerate(base_offset_exprs(layout, origin, plan))]
         return seq_of(out)
 
-    def outputs(self, tid, m0, n0) -> list:
-        """(mi, ni, e, row, col) of every accumulator of the thread (the PTX fragment layout)."""
-        lane = tid % 32
-        wr, wc = self.warp_of(tid)
-        return [(mi, ni, e, m0 + wr + mi * 16 + lane // 4 + e // 2 * 8, n0 + wc + ni * 8 + lane % 4 * 2 + e % 2)
-                for mi, ni, e in grid3(self.cfg["mt"], self.cfg["nt"], 4)]
-
 
 def uses_cp_async(ops: MatmulOperands) -> bool:
     """cp.async needs 16-byte aligned source rows (the allocator aligns the bases)."""
