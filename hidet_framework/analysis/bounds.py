@@ -10,6 +10,8 @@ Soundness over precision: whenever an operation might wrap around its integer ty
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Any, Mapping, Optional
 
@@ -142,8 +144,15 @@ _ARITHMETIC = {
 def type_range(t: Any) -> Optional[Interval]:
     """All values of an integer or boolean type; None for other types."""
     if isinstance(t, DataType) and t.lanes == 1 and (t.is_integer() or t.is_bool()):
-        return Interval(int(t.min_value()), int(t.max_value()))
+        return _full_range(t)
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _full_range(t: DataType) -> Interval:
+    """Memoised: Intervals are immutable, and the simplifier asks for a type's range of
+    nearly every subexpression it visits."""
+    return Interval(int(t.min_value()), int(t.max_value()))
 
 
 def _fit(value: Interval, t: Any) -> Interval:

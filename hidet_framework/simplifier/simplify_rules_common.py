@@ -37,5 +37,11 @@ def fits(value: int, t: DataType) -> bool:
 
 def same_int_type(*exprs: Expr) -> Optional[DataType]:
     """The common integer type when all `exprs` have the same one, else None."""
-    types = {int_type(e) for e in exprs}
-    return types.pop() if len(types) == 1 and None not in types else None
+    common = None
+    for e in exprs:  # a loop, not a set: called some 300 thousand times per lowering
+        t = int_type(e)
+        if t is None or (common is not None and t != common):
+            return None
+        if common is None:
+            common = t
+    return common

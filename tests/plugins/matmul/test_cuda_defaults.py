@@ -183,27 +183,22 @@ def test_level0_weighs_the_modelled_defaults_of_the_templates():
     assert cand.template.name == "matmul.cuda_wgmma"
 
 
-def test_level0_takes_the_skinny_default_where_modelled_fastest_but_never_for_a_prologue():
+def test_skinny_model_prefers_split_k_at_128x768x3072_and_refuses_prologues():
+    """The skinny template's model (priority 0: never the level-0 default) ranks the W1
+    sweep's fastest candidate first and prices a prologue-fed anchor infinite."""
     from hidet_framework.fusion.plan import PROLOGUE_INPUTS_ATTRIBUTE
     from hidet_framework.tuner import candidates_of
-    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul, skinny_auto
 
     target = h200()
-
-    def pick(m, n, k, prologue=False):
-        task, attrs = matmul_task((m, k), (k, n), "float16")
-        if prologue:
-            attrs = dict(attrs, **{PROLOGUE_INPUTS_ATTRIBUTE: (0,)})
-        (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0, task, attrs)
-        return cand.template.name, attrs, task
-
-    # W1 (docs/perf_notes.md, session 6): skinny split 8 measured fastest at 128x768x3072
-    assert pick(128, 768, 3072)[0] == "matmul.cuda_hopper_skinny"
-    assert pick(16, 768, 768)[0] == "matmul.cuda_hopper_skinny"
-    name, attrs, task = pick(128, 768, 3072, prologue=True)  # cp.async operands cannot take the GELU
-    assert name == "matmul.cuda_tensor_core"
-    assert CudaHopperSkinnyMatmul().estimate(task, attrs, {"auto": 1}, target) == math.inf
-    assert pick(4096, 4096, 4096 // 16 * 16)[0] == "matmul.cuda_wgmma"  # M > 256: skinny does not apply
+    task, attrs = matmul_task((128, 3072), (3072, 768), "float16")
+    params, _ = skinny_auto(MatmulOperands(attrs), 2, target)
+    assert params["split"] == 8 and params["warpgroups"] == 1  # W1: 6.65 us, the fastest of 242
+    (cand,) = candidates_of(_cuda_templates(task, attrs), target, 0, task, attrs)
+    assert cand.template.name != "matmul.cuda_hopper_skinny"
+    staged = dict(attrs, **{PROLOGUE_INPUTS_ATTRIBUTE: (0,)})
+    assert CudaHopperSkinnyMatmul().estimate(task, staged, {"auto": 1}, target) == math.inf
+    assert CudaHopperSkinnyMatmul().estimate(task, attrs, {"auto": 1}, target) < math.inf
 
 
 class _Fake:
@@ -355,22 +350,3 @@ def test_v4_short_m_candidates_match_float64_reference(cuda_env, matmul_error):
         for p in cands:
             err = matmul_error(cuda_env, CudaTensorCoreMatmul(), p, a_shape, b_shape, "float16", rng)
             assert err < 1e-2, (p, a_shape, b_shape, err)
-
-
-@pytest.mark.cuda
-def test_skinny_default_matches_float64_reference(cuda_env, matmul_error):
-    """The skinny wgmma template's modelled default (level 0, v2), split-K or not."""
-    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
-
-    target = cuda_env[1]
-    if target.arch not in ("sm_90", "sm_90a"):
-        pytest.skip("wgmma needs an sm_90 GPU")
-    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
-    t = CudaHopperSkinnyMatmul()
-    splits = set()
-    for a_shape, b_shape in (((37, 3072), (3072, 136)), ((130, 776), (776, 264)), ((2, 16, 512), (2, 512, 72))):
-        task, attrs = matmul_task(a_shape, b_shape, "float16")
-        splits.add(t.build(task, attrs, {"auto": 1}, target).params["split"])
-        err = matmul_error(cuda_env, t, {"auto": 1}, a_shape, b_shape, "float16", rng)
-        assert err < 1e-2, (a_shape, b_shape, err)
-    assert 1 in splits and max(splits) > 1, splits  # the model picks both kinds on these shapes
