@@ -1,7 +1,7 @@
 """ResNet-50's convolution shapes: ours against onnxruntime (cpu) or cuDNN (cuda).
 
     python bench/conv.py --target cpu [--batch 1,8] [--only 3x3,1x1] [--rounds 9] [--threads 2] [--set depthwise]
-    python bench/conv.py --target cuda [--batch 1,8] [--dtypes float16,float32] [--repeat 50]
+    python bench/conv.py --target cuda [--batch 1,8] [--dtypes float16,float32] [--repeat 50] [--warm 16]
 
 Every shape is one conv2d with constant weights and bias (as in a model), compiled
 through the public path (``hf.compile(hf.trace(...), target=..., space=...)``).
@@ -169,6 +169,16 @@ def templates_used(fn) -> str:
     return "+".join(names)
 
 
+def conv_params(fn) -> str:
+    """The conv candidate the build chose, e.g. 64x64x64 s4 sk1 (tile, stages, split-K)."""
+    for task in getattr(fn, "tasks", []):
+        p = getattr(getattr(task, "scheduled", None), "params", None) or {}
+        if "block_m" in p:
+            extra = " reg" if p.get("reg_stage") else ""
+            return f"{p['block_m']}x{p['block_n']}x{p['block_k']} s{p['stages']} sk{p.get('split_k', 1)}{extra}"
+    return ""
+
+
 # ------------------------------------------------------------------ cpu
 
 def ort_conv(x_shape, w, b, stride, pad, threads, groups=1):
@@ -247,12 +257,41 @@ def run_cpu(args, shapes) -> list:
 
 # ------------------------------------------------------------------ cuda
 
+def _compile_cuda(job) -> float:
+    """One shape compiled in a worker process (fills the shared build cache)."""
+    import hidet_framework as hf
+
+    (name, cin, cout, size, kernel, stride), batch, dtype, space = job
+    rng = np.random.default_rng(0)
+    w, b = make_weights(rng, cin, cout, kernel)
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    started = time.perf_counter()
+    hf.compile(our_graph((batch, cin, size, size), w.astype(np_dtype), b.astype(np_dtype), stride, kernel // 2,
+                         dtype), target="cuda", space=space)
+    return time.perf_counter() - started
+
+
+def warm_cuda(args, shapes) -> None:
+    """--warm N: compile every shape first in N processes, so that the timed run's
+    compiles hit the build cache (46 sequential compiles otherwise take most of a
+    short device call); compile_s in the table is then the cached compile."""
+    import concurrent.futures
+    import multiprocessing
+
+    jobs = [(spec, batch, dtype, args.space) for dtype in args.dtypes for batch in args.batch for spec in shapes]
+    started = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(args.warm, mp_context=multiprocessing.get_context("spawn")) as ex:
+        done = list(ex.map(_compile_cuda, jobs))
+    print(f"warm-up: {len(jobs)} compiles in {args.warm} processes, {time.perf_counter() - started:.1f} s "
+          f"(sum {sum(done):.1f} s)\n", flush=True)
+
+
 def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
     import torch
     import hidet_framework as hf
 
     name, cin, cout, size, kernel, stride = spec
-    pad = kernel // 2
+    pad, groups = kernel // 2, 1
     w, b = make_weights(rng, cin, cout, kernel)
     x = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
     np_dtype = np.float16 if dtype == "float16" else np.float32
@@ -296,7 +335,8 @@ def bench_cuda_shape(spec, batch, dtype, args, rng) -> dict:
     return {"shape": name, "batch": batch, "dtype": dtype, "ours_us": med["ours"] * 1e6,
             "cudnn_us": med["cudnn"] * 1e6, "ratio": med["cudnn"] / med["ours"],
             "ours_tflops": flops / med["ours"] / 1e12, "err_ours": err_ours, "err_cudnn": err_peer,
-            "compile_s": compile_s, "launches": fn.num_launches, "template": templates_used(fn)}
+            "compile_s": compile_s, "launches": fn.num_launches, "template": templates_used(fn),
+            "params": conv_params(fn)}
 
 
 def run_cuda(args, shapes) -> list:
@@ -305,12 +345,14 @@ def run_cuda(args, shapes) -> list:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rng = np.random.default_rng(0)
+    if args.warm:
+        warm_cuda(args, shapes)
     print(f"CUDA: {torch.cuda.get_device_name()}; space {args.space}; median of {args.repeat} interleaved "
           f"runs (CUDA events after a spin kernel); ratio = cuDNN / ours (> 1: ours faster); device time of "
           f"each call on both sides (ours: fn(x) with torch tensors)\n")
     print("| shape | batch | dtype | ours us | cudnn us | cudnn/ours | ours TFLOP/s | err ours | err cudnn "
-          "| launches | template |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| launches | template | candidate |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for dtype in args.dtypes:
         for batch in args.batch:
@@ -318,13 +360,13 @@ def run_cuda(args, shapes) -> list:
                 try:
                     r = bench_cuda_shape(spec, batch, dtype, args, rng)
                 except Exception as exc:  # noqa: BLE001  (one failing shape must not hide the others)
-                    print(f"| {spec[0]} | {batch} | {dtype} | failed: {type(exc).__name__}: {exc} |||||||||",
+                    print(f"| {spec[0]} | {batch} | {dtype} | failed: {type(exc).__name__}: {exc} ||||||||||",
                           flush=True)
                     continue
                 rows.append(r)
                 print(f"| {r['shape']} | {batch} | {dtype} | {r['ours_us']:.1f} | {r['cudnn_us']:.1f} | "
                       f"{r['ratio']:.2f}x | {r['ours_tflops']:.1f} | {r['err_ours']:.1e} | {r['err_cudnn']:.1e} | "
-                      f"{r['launches']} | {r['template']} |", flush=True)
+                      f"{r['launches']} | {r['template']} | {r['params']} |", flush=True)
     summarize(rows)
     return rows
 
@@ -350,6 +392,8 @@ def main() -> None:
     parser.add_argument("--spin", action="store_true", help="cpu: keep spinning idle threads on both sides "
                         "(the libraries' defaults); read before numpy loads")
     parser.add_argument("--dtypes", default="float16,float32", help="cuda: comma-separated dtypes")
+    parser.add_argument("--warm", type=int, default=0, help="cuda: compile every shape first in this many "
+                        "processes (build cache)")
     parser.add_argument("--out", default="", help="write the rows as JSON to this file")
     parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise"],
                         help="cpu: ResNet-50's shapes or MobileNet-V2's depthwise 3x3 ones")

@@ -11,12 +11,13 @@
 """
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
 import hidet_framework as hf
 from hidet_plugin_matmul.cuda_conv import CudaConvImplicitGemm, auto_params, conv_space
-from hidet_plugin_matmul.cuda_conv_gather import conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import ConvGather, conv_staging
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm, pack_conv_weight
 
 # (batch, C, H, W, O, kernel, stride, pads, dilation, groups)
@@ -27,6 +28,8 @@ CASES = [
     (3, 32, 5, 5, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # pointwise, prime O
     (1, 8, 11, 7, 8, (5, 5), (2, 3), (2, 2, 1, 0), (1, 2), 1),       # asymmetric everything
     (1, 7, 6, 5, 13, (2, 3), (1, 1), (0, 1, 1, 0), (1, 1), 1),       # prime C and O
+    (2, 13, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # channels-first 1x1 (H*W % 8 == 0), M % 64
+    (3, 24, 2, 10, 9, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),      # channels-first, 8-byte chunks (H*W % 8 == 4)
 ]
 
 
@@ -158,6 +161,50 @@ def test_launches_follow_the_staging():
     assert len(t.build(*task_of(nhwc, "float16"), space[0], target).launches) == 1
     st = t.build(*task_of(odd, "bfloat16"), split, target)
     assert [w.name for w in st.workspace] == ["conv_split_k_partials"] and len(st.launches) == 2
+    # opt-in (not yet run on a GPU, so in no space and no default): a 1x1 stride-1 unpadded
+    # conv of NCHW x with H*W % 4 == 0 reads x as it lies (no copy); any other 1x1 (padded,
+    # strided, odd plane, NHWC) does not
+    pointwise, cf = geometry(CASES[6]), dict(space[0], channels_first=1)
+    assert conv_staging(pointwise, cf) == "cf" and conv_staging(pointwise, space[0]) == "reg"
+    assert not any(p.get("channels_first") for level in (0, 1, 2) for p in t.space(target, level))
+    st = t.build(*task_of(pointwise, "float16"), cf, target)
+    assert not st.workspace and [b.kind for b in st.launches[0].buffers] == ["input", "input", "output"]
+    assert conv_staging(geometry(CASES[7]), cf) == "cf"  # 20-pixel planes: 4-pixel (8-byte) chunks
+    cf1 = dict(space[1], channels_first=1)
+    assert ConvGather(geometry(CASES[7]), cf1).vec == 4 and ConvGather(pointwise, cf1).vec == 8
+    for other in (geometry(CASES[3]), attrs.evolve(pointwise, stride=(2, 2)), attrs.evolve(pointwise, pads=(0, 0, 0, 1)),
+                  geometry(CASES[6], "nhwc"), attrs.evolve(pointwise, height=3, width=7)):
+        assert conv_staging(other, cf) != "cf"
+
+
+def _fused_pointwise(prologue: bool):
+    """[mul ->] conv 1x1 (channels-first shape) -> add -> relu through the graph passes:
+    the group and the fused ScheduledTask of the default candidate."""
+    from hidet_framework.driver.graph_compiler import evaluate_constants
+    from hidet_framework.fusion import FUSION_PASSES, fuse_group
+    from hidet_framework.fusion.partition_fusion_groups import GROUP_ATTRIBUTE
+    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+
+    x = hf.symbol((2, 16, 4, 6), "float16")
+    w, b = hf.constant(np.ones((19, 16, 1, 1), np.float16)), hf.constant(np.ones((19,), np.float16))
+    graph = hf.trace(hf.ops.relu(hf.ops.conv2d(hf.ops.mul(x, 2.0) if prologue else x, w, b)), inputs=[x])
+    ctx = GraphPassContext(target="cuda", evaluate=evaluate_constants)
+    (op,) = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES).nodes
+    group = op.attributes[GROUP_ATTRIBUTE]
+    t = CudaConvImplicitGemm()
+    cf = dict(t.space(_target(), 1)[1], channels_first=1)  # the fixed default tile, opted in
+    built = t.build(group.anchor_member.task, group.anchor_attributes(), cf, _target())
+    return group, fuse_group(built, group)
+
+
+def test_channels_first_takes_the_copy_when_x_has_a_prologue():
+    group, fused = _fused_pointwise(False)
+    assert group.describe() == "[conv2d_igemm] -> add -> relu"
+    assert [launch.function[-3:] for launch in fused.launches] == ["_cf"]
+    group, fused = _fused_pointwise(True)  # cp.async reads of x would refuse the mul: the copy takes it
+    assert group.describe() == "mul -> [conv2d_igemm] -> add -> relu"
+    names = [launch.function for launch in fused.launches]
+    assert len(names) == 2 and names[0].endswith("_nhwc_nhwc") and names[1].endswith("_sk1_nhwc")
 
 
 # ------------------------------------------------- the gather, emulated on ints
@@ -165,7 +212,7 @@ class _Probe:
     """Stands for x while the gather runs on host ints: returns the index read."""
 
     def __getitem__(self, index):
-        return tuple(int(i) for i in index)
+        return tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
 
 
 def im2col(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
@@ -186,21 +233,28 @@ def im2col(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 def emulated_tile(gather, xs: np.ndarray, gz: int, m0: int, kbase: int) -> np.ndarray:
     """The A tile the kernel's copies put in shared memory, thread by thread."""
-    vec = 8 if gather.async_copy else 1
+    vec = gather.vec
     tile = np.full((gather.bm, gather.bk), np.nan)
     threads = gather.copy.mapping.num_workers
     for t in range(threads):
         ai, aj = (int(v) for v in gather.copy.origin(t))
-        rn, rh, rw = zip(*[gather.window_origin(m0 + ai + di) for di in gather.rows])
-        for (di, dj), (index, ok) in zip(gather.copy.deltas, gather.taps(_Probe(), rn, rh, rw, gz, kbase, aj)):
+        rn, rh, rw = zip(*[gather.window_origin(gather.row_pixel(m0, ai, aj, d)) for d in gather.rows])
+        cols = gather.column_state(kbase, ai, aj, gz) if gather.async_copy else None
+        taps = gather.taps(_Probe(), rn, rh, rw, gz, kbase, ai, aj, cols)
+        for (di, dj), (index, ok) in zip(gather.copy.deltas, taps):
             assert ok in (True, False)
+            # the cp.async path reads x by flat offset (one index), the register path by 4
+            assert len(index) == (1 if gather.async_copy else 4)
             if ok and vec > 1:
-                assert index[-1] % 8 == 0, "a 16-byte chunk starts at a multiple of 8 channels"
+                assert index[-1] % vec == 0, "a chunk starts at a multiple of its size (aligned cp.async)"
             if not ok:
                 assert all(i == 0 for i in index), "a refused copy still forms an address past x"
-            for v in range(vec):
-                assert np.isnan(tile[ai + di, aj + dj + v]), "copied twice"
-                tile[ai + di, aj + dj + v] = xs[index[:-1] + (index[-1] + v,)] if ok else 0.0
+            flat = index[0] if len(index) == 1 else int(np.ravel_multi_index(index, xs.shape))
+            assert 0 <= flat and flat + vec <= xs.size, "an address outside x"
+            for v in range(vec):  # a chunk runs along k (pixels under channels-first: tile stored [k, m])
+                at = (aj + dj + v, ai + di) if gather.k_major else (ai + di, aj + dj + v)
+                assert np.isnan(tile[at]), "copied twice"
+                tile[at] = xs.reshape(-1)[flat + v] if ok else 0.0
     assert not np.isnan(tile).any(), "an element of the tile is never copied"
     return tile
 
@@ -215,7 +269,7 @@ def test_gather_reproduces_im2col_tile_by_tile(case, layout, rng):
     cols = im2col(x, geo)
     space = conv_space(_target(), 1)
     picks = [auto_params(geo, _target()), space[1], dict(space[1], reg_stage=1),
-             next(p for p in space if p.get("split_k", 1) > 1)]
+             next(p for p in space if p.get("split_k", 1) > 1), dict(space[1], channels_first=1)]
     for params in picks:
         gather = ConvGather(geo, params)
         xs = to_layout(x, gather.geo.x_layout)  # the NHWC copy under staging "nhwc"
@@ -251,7 +305,8 @@ def test_candidates_and_fused_epilogue_compile_to_sm90(tmp_path, monkeypatch):
     space = t.space(target, 1)
     split = next(p for p in space if p.get("split_k", 1) > 1)
     jobs = [(geometry(CASES[0]), "float16", space[0]), (geometry(CASES[2], "nhwc"), "bfloat16", split),
-            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3])]
+            (geometry(CASES[1], "nchw", "nhwc"), "float16", space[3]), (geometry(CASES[6]), "bfloat16", dict(space[1], channels_first=1)),
+            (geometry(CASES[7]), "float16", dict(space[1], channels_first=1))]
     makers = [lambda j=j: t.build(*task_of(j[0], j[1]), j[2], target) for j in jobs]
     results = build_in_parallel(makers, CudaBackend(), target, workers=2)
     assert not [err for _, _, err, _ in results if err]
@@ -292,21 +347,25 @@ GPU_COMBOS = [("nchw", "nchw", "float16"), ("nhwc", "nhwc", "float16"), ("nchw",
 
 
 def _picks(space: list) -> list:
-    """The automatic default, the fixed default, its register-staged form, split-K,
-    BK = 64 and a 64-row tile."""
+    """The automatic default, the fixed default, its register-staged form, split-K, the
+    channels-first opt-in, BK = 64 and a 64-row tile."""
     picks = [space[0], space[1], dict(space[1], reg_stage=1)] + [p for p in space if p.get("split_k", 1) > 1][:1]
+    picks += [dict(space[1], channels_first=1)]  # the opt-in path (where the shape allows it)
     return picks + [p for p in space if p.get("block_k") == 64][:1] + [p for p in space if p.get("block_m") == 64][:1]
 
 
 @pytest.fixture(scope="module")
 def built(cuda_env):
     """Every candidate the GPU test runs, built once in parallel (the test's compile
-    then hits the build cache); maps (case, combo, pick) to its ScheduledTask."""
+    then hits the build cache); maps (case, combo, pick) to its ScheduledTask. Under
+    xdist (several workers would each build all of them) the tests build their own."""
     import os
 
     from hidet_framework.runtime.compiled_task import build_in_parallel
 
     backend, target, _ = cuda_env
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
     t = CudaConvImplicitGemm()
     jobs = {}
     for case in CASES:
@@ -347,14 +406,14 @@ def _run_candidate(cuda_env, geo, dtype, params, rng) -> float:
 @pytest.mark.parametrize("combo", GPU_COMBOS, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_match_float64_reference(cuda_env, built, case, combo, rng):
-    for i in range(len(_picks(conv_space(cuda_env[1], 2)))):
-        geo, dtype, params = built[(case, combo, i)]
+    for i, pick in enumerate(_picks(conv_space(cuda_env[1], 2))):
+        geo, dtype, params = built[(case, combo, i)] if built else (geometry(case, *combo[:2]), combo[2], pick)
         err = _run_candidate(cuda_env, geo, dtype, params, rng)
         assert err < (2e-3 if dtype == "float16" else 1e-2), (params, err)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2]], ids=str)
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2], CASES[6]], ids=str)
 def test_public_path_conv_bias_relu(cuda_env, case, rng):
     geo = geometry(case)
     x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width)).astype(np.float16)
@@ -372,3 +431,20 @@ def test_public_path_conv_bias_relu(cuda_env, case, rng):
     auto = auto_params(geo, cuda_env[1])
     split = auto["split_k"] > 1  # the reduce launch takes the epilogue
     assert fn.num_launches == (2 if conv_staging(geo, auto) == "nhwc" else 1) + split, fn.fusion_report()
+
+
+@pytest.mark.cuda
+def test_public_path_prologue_on_a_pointwise_conv(cuda_env, rng):
+    """mul -> conv 1x1 (C % 8 == 0) -> add -> relu: the prologue goes to the NHWC copy,
+    whose element reads take it (2 launches)."""
+    geo = ConvGeometry(2, 16, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    x = rng.standard_normal((geo.batch, geo.channels, geo.height, geo.width)).astype(np.float16)
+    w = rng.standard_normal((geo.out_channels, geo.cg) + geo.kernel).astype(np.float16)
+    b = rng.standard_normal(geo.out_channels).astype(np.float16)
+    xs = hf.symbol(x.shape, "float16")
+    y = hf.ops.relu(hf.ops.conv2d(hf.ops.mul(xs, 2.0), hf.constant(w), hf.constant(b)))
+    fn = hf.compile(hf.trace(y, inputs=[xs]), target="cuda")
+    got = np.asarray(fn(x), dtype=np.float64)
+    want = np.maximum(reference(2 * x.astype(np.float64), w, geo) + b.astype(np.float64)[None, :, None, None], 0)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+    assert fn.num_launches == 2, fn.fusion_report()

@@ -8,8 +8,11 @@ rule: plugins register in entry-point order, "matmul" before "ops"):
 
 The template, when C/G % 8 == 0, copies x to NHWC in a workspace first (one
 memory-bound launch whose element reads take prologue grafts; the cp.async gather of
-16-byte channel chunks then reads the copy); otherwise it gathers from NCHW directly
-(register-staged element reads). y is written NCHW by the kernel. The bias add stays a graph operator after the anchor: the fusion engine grafts it (and a
+16-byte channel chunks then reads the copy); with the opt-in parameter
+``channels_first`` (in no space, no default: not yet run on a GPU) a 1x1 stride-1
+unpadded conv whose planes are whole 8- or 16-byte chunks reads NCHW x as it lies
+instead (no copy; through the copy again when a prologue is grafted onto x); otherwise
+it gathers from NCHW directly (register-staged element reads). y is written NCHW by the kernel. The bias add stays a graph operator after the anchor: the fusion engine grafts it (and a
 following relu) onto the kernel's output stores. Depthwise convolutions (one input
 channel per group) are left alone: a GEMM of depth KH*KW wastes the tensor cores;
 the rule-based scheduler computes them directly, one thread per output element.
@@ -37,6 +40,7 @@ from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds, resolve
+from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
@@ -134,6 +138,8 @@ class CudaConvImplicitGemm(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         geo = ConvGeometry.from_attributes(attributes)
         dtype = task_dtype(task)
+        if 0 in prologue_inputs(attributes) and params.get("channels_first"):  # a prologue on x: the cp.async
+            params = dict(params, channels_first=0)  # reads of x as it lies would refuse it; the copy's take it
         p = dict(DEFAULT, **resolve(params, lambda: auto_params(geo, target, dtypes.data_type(dtype).nbytes)))
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
         name = (f"conv_tc_{dtype}_{geo.x_layout}_{geo.y_layout}_n{geo.batch}c{geo.channels}h{geo.height}"

@@ -7,12 +7,17 @@ check, thread by thread, that the copies of every tile reproduce the im2col matr
 (zero in the padding, past M and past K) without forming an address outside x.
 
 - Rows: before the k-loop each thread decomposes the few output pixels its copies
-  touch (its A deltas' rows) into batch index and window origin (``oh*sh - top``,
-  ``ow*sw - left``), kept in registers; a pixel past M gets origin row `FAR`, which
-  the ``ih >= 0`` check refuses.
-- Columns: per k-tile, column k = (kh, kw, c) once per distinct column delta; a copy
-  is then two adds and the bound checks the static shape leaves (none inside the
-  image of an unpadded convolution).
+  touch (its A deltas' rows) into window origin (``oh*sh - top``, ``ow*sw - left``)
+  and, on the cp.async path, the flat NHWC offset of that origin (else the batch
+  index), kept in registers; a pixel past M gets origin row `FAR`, which the ``ih >=
+  0`` check refuses.
+- Columns: per k-tile, column k = (kh, kw, c) once per distinct column delta. On the
+  cp.async path (`column_state`) the kernel keeps (kh*dh, kw*dw, flat offset of the
+  tap) in registers, so a copy is three adds, the bound checks the static shape
+  leaves (none inside the image of an unpadded convolution) and one select: the
+  window's divisions and the 4-D index products are not repeated per 16-byte chunk
+  (H200, batch 8: they made the 3x3 stride-1 kernels issue-bound, ~740 instructions
+  a 128x64x64 k-tile against 64 mma).
 - Staging (`conv_staging`): "cp" (x NHWC, C/G % 8 == 0: 16-byte chunks of 8
   channels), "nhwc" (x NCHW, C/G % 8 == 0: the template copies x to NHWC first and
   runs "cp" on the copy), "reg" (anything else: element reads, pixel-major threads).
@@ -34,8 +39,27 @@ from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
 FAR = -(1 << 24)  # window origin row of a pixel past M: outside every image
 
 
+def channels_first(geo: ConvGeometry) -> int:
+    """For a pointwise, stride-1, unpadded, ungrouped conv of NCHW x, A[m, k] = x[n, k, p]
+    is a k-major matrix per image, read as it lies with no NHWC copy, in chunks of 8
+    pixels of one channel (16 bytes) where H*W % 8 == 0, else of 4 (8-byte cp.async)
+    where H*W % 4 == 0 (14x14 planes); the chunk's pixel count, 0 where neither holds."""
+    if not (geo.kernel == (1, 1) and geo.stride == (1, 1) and not any(geo.pads) and geo.groups == 1
+            and geo.x_layout == "nchw"):
+        return 0
+    plane = geo.height * geo.width
+    return 8 if plane % 8 == 0 else 4 if plane % 4 == 0 else 0
+
+
 def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
-    if params.get("reg_stage") or geo.cg % 8:
+    if params.get("reg_stage"):
+        return "reg"
+    # channels-first is an explicit opt-in (params["channels_first"]), in no space and no
+    # default: NOT YET RUN ON A GPU (session 6 lost its device windows); compiled with nvcc
+    # and its gather emulated on ints only
+    if params.get("channels_first") and channels_first(geo):
+        return "cf"
+    if geo.cg % 8:
         return "reg"
     return "cp" if geo.x_layout == "nhwc" else "nhwc"
 
@@ -61,13 +85,19 @@ class ConvGather:
         path = conv_staging(geo, params)
         if path == "nhwc":
             geo, path = attrs.evolve(geo, x_layout="nhwc"), "cp"
-        self.geo, self.async_copy = geo, path == "cp"
+        self.geo, self.async_copy, self.k_major = geo, path in ("cp", "cf"), path == "cf"
         self.bm, self.bk, self.split = cfg["bm"], cfg["bk"], cfg["split"]
-        layout = smem_swizzle(self.bm, self.bk)
-        self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy
-                     else pixel_major_copy(layout, self.bm, self.bk, cfg["threads"]))
-        self.rows = sorted({di for di, _ in self.copy.deltas})
-        self.cols = sorted({dj for _, dj in self.copy.deltas})
+        self.vec = (channels_first(geo) if self.k_major else 8) if self.async_copy else 1  # elements a copy
+        if self.k_major:  # the A tile is stored [BK, BM]: chunks of 8 (or 4) pixels, copy deltas (k, m)
+            self.copy = tile_copy(smem_swizzle(self.bk, self.bm), self.bk, self.bm, cfg["threads"], self.vec)
+        else:
+            layout = smem_swizzle(self.bm, self.bk)
+            self.copy = (tile_copy(layout, self.bm, self.bk, cfg["threads"], 8) if self.async_copy
+                         else pixel_major_copy(layout, self.bm, self.bk, cfg["threads"]))
+        # row registers: one per distinct pixel delta; column state: one per distinct k delta
+        pixel_axis = 1 if self.k_major else 0
+        self.rows = sorted({d[pixel_axis] for d in self.copy.deltas})
+        self.cols = sorted({d[1 - pixel_axis] for d in self.copy.deltas})
         self.tiles_all = max(1, ceil_div(geo.k, self.bk))
         self.tiles = ceil_div(self.tiles_all, self.split)  # k-tiles per split slice
         self.m_whole = geo.m % self.bm == 0
@@ -83,25 +113,66 @@ class ConvGather:
         (oh, ow) = self.geo.out_hw
         return p // (oh * ow), p // ow % oh, p % ow
 
+    def row_pixel(self, m0: Any, ai: Any, aj: Any, d: int) -> Any:
+        """The output pixel of row register d (`rows`) of the thread at (ai, aj)."""
+        return m0 + (aj if self.k_major else ai) + d
+
     def window_origin(self, p: Any) -> tuple:
-        """(n, first image row, first image column) of pixel p's window (row FAR past M)."""
+        """Pixel p's row registers: (flat offset of its window origin in x on the cp.async
+        paths, else its batch index; first image row, FAR past M; first image column)."""
         g = self.geo
         n, oy, ox = self.pixel(p)
-        h0 = oy * g.stride[0] - g.pads[0]
-        return n, (h0 if self.m_whole else select(p < g.m, h0, FAR)), ox * g.stride[1] - g.pads[1]
+        h0, w0 = oy * g.stride[0] - g.pads[0], ox * g.stride[1] - g.pads[1]
+        if self.k_major:  # x[n, 0, oy, ox] (NCHW): channel k is k*H*W further
+            first = (n * g.channels * g.height + oy) * g.width + ox
+        else:
+            first = ((n * g.height + h0) * g.width + w0) * g.channels if self.async_copy else n
+        return first, (h0 if self.m_whole else select(p < g.m, h0, FAR)), w0
 
-    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, aj: Any) -> list:
-        """For each A delta (di, dj) of the thread at column aj (rn/rh/rw[r]: the window
-        origin of its row r): (x element read, whether it is in the image and k < K);
-        outside, the coordinates are clamped to 0 (the copy reads nothing there)."""
+    def column_state(self, kbase: Any, ai: Any, aj: Any, gz: Any) -> list:
+        """cp.async paths: per distinct k delta (`cols`) of the thread at (ai, aj), the
+        tap's (row shift, column shift, flat offset in x) for the k-tile at kbase."""
         g = self.geo
+        out = []
+        for dk in self.cols:
+            if self.k_major:
+                out.append((0, 0, (kbase + ai + dk) * (g.height * g.width)))
+                continue
+            r, q, c = g.tap(kbase + aj + dk)
+            dh, dw = r * g.dilation[0], q * g.dilation[1]
+            out.append((dh, dw, (dh * g.width + dw) * g.channels + (gz * g.cg + c if g.groups > 1 else c)))
+        return out
+
+    def taps(self, x: Any, rn: Any, rh: Any, rw: Any, gz: Any, kbase: Any, ai: Any, aj: Any,
+             cols: Any = None) -> list:
+        """For each A delta of the thread at (ai, aj) (rn/rh/rw[r]: the row registers of
+        its pixel r, `window_origin`): (x element read, whether it is in the image and k <
+        K); outside, the read is clamped to element 0 (the copy reads nothing there).
+        cp.async paths: `cols[j]` is `column_state`'s entry of k delta j (registers in
+        the kernel) and the read is a flat offset into x."""
+        g = self.geo
+        h_lo, h_hi, w_lo, w_hi = self.known
+        out = []
+        if self.k_major:
+            for dk, dm in self.copy.deltas:
+                r, off = self.rows.index(dm), cols[self.cols.index(dk)][2]
+                ok = guard([(self.m_whole, rh[r] >= 0), (self.k_whole, kbase + ai + dk < g.k)])
+                out.append((x[select(ok, rn[r] + off, 0)], ok))
+            return out
+        if self.async_copy:
+            for di, dj in self.copy.deltas:
+                j, r = self.cols.index(dj), self.rows.index(di)
+                dh, dw, off = cols[j]
+                ih, iw = rh[r] + dh, rw[r] + dw
+                ok = guard([(h_lo, ih >= 0), (h_hi, ih < g.height), (w_lo, iw >= 0), (w_hi, iw < g.width),
+                            (self.k_whole, kbase + aj + dj < g.k)])
+                out.append((x[select(ok, rn[r] + off, 0)], ok))
+            return out
         taps = {}
         for dj in self.cols:
             kk = kbase + aj + dj
             r, q, c = g.tap(kk)
             taps[dj] = (kk, r * g.dilation[0], q * g.dilation[1], gz * g.cg + c if g.groups > 1 else c)
-        h_lo, h_hi, w_lo, w_hi = self.known
-        out = []
         for di, dj in self.copy.deltas:
             kk, dh, dw, ch = taps[dj]
             r = self.rows.index(di)

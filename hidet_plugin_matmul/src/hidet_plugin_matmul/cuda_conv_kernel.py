@@ -3,18 +3,24 @@ operand gathered from the image (fp16 / bf16 in, fp32 accumulation, mma.sync).
 
 GEMM view (`cuda_conv_op`): A[m, k] = x at output pixel m = (n, oh, ow) and window
 tap k = (kh, kw, c), zero in the padding; B = the packed weight ``[G, Kp, Np]``; group
-g = blockIdx.z % G. Everything else is `cuda_tensor_core_kernel`'s kernel: swizzled
-shared-memory stages, ldmatrix fragments double buffered, mma.sync m16n8k16 over
-``spatial(warps_m, warps_n)`` warps, split-K into an fp32 workspace plus a reduce
+g = blockIdx.z % G. Everything else is the tensor-core matmul's block
+(`cuda_tensor_core_kernel.MmaBlock`, shared with that kernel): swizzled shared-memory
+stages, ldmatrix fragments double buffered, mma.sync m16n8k16 over
+``spatial(warps_m, warps_n)`` warps; split-K into an fp32 workspace plus a reduce
 launch.
 
 The gather (no im2col tensor in memory) is `cuda_conv_gather.ConvGather`: window
-origins of the thread's output pixels in registers before the k-loop, (kh, kw, c) per
-k-tile, then per copy two adds and the bound checks the shape leaves. Staging:
+origins of the thread's output pixels in registers before the k-loop (as flat offsets
+on the cp.async paths), the tap (kh, kw, c) once per k-tile, then per copy a few adds,
+the bound checks the shape leaves and one select. Staging:
 
 - ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
   0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
   launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
+- ``cf`` (opt-in ``channels_first``, not yet run on a GPU; 1x1, stride 1, no padding
+  or groups, NCHW x with H*W % 4 == 0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels (8-byte
+  chunks of 4 where H*W % 8 == 4) of one channel into a [BK, BM] shared tile,
+  fragments by ldmatrix.trans; no copy launch;
 - ``reg``: guarded element reads into registers (pixel-major threads), stored to
   shared memory at the end of the k-tile (two buffers), as the matmul's ``reg``.
 
@@ -28,90 +34,66 @@ from typing import Any, Mapping
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range, u32
 from hidet_framework.lang.annotations import DTypeAnnotation
-from hidet_framework.mapping.task_mapping import spatial
 
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
 from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, cp_async_tile, grid3, guard, guarded_copy, select, seq_of, store,
 )
 from hidet_plugin_matmul.cuda_conv_gather import ConvGather
-from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
-from hidet_plugin_matmul.cuda_tensor_core_kernel import smem_swizzle, tc_config
+from hidet_plugin_matmul.cuda_matmul_common import ceil_div
+from hidet_plugin_matmul.cuda_smem_offsets import tile_copy
+from hidet_plugin_matmul.cuda_tensor_core_kernel import MmaBlock
 
 
 def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], name: str):
     from hidet_plugin_cuda import lang as cu
 
-    cfg = tc_config(params)
-    bm, bn, bk, threads = cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"]
-    mt, nt, ks, wtm, wtn = cfg["mt"], cfg["nt"], cfg["ks"], cfg["wtm"], cfg["wtn"]
+    gather = ConvGather(geo, params)
+    blk = MmaBlock(params, dtype, a_kmajor=gather.k_major)  # warps, shared stages, fragments, mmas
+    cfg = blk.cfg
+    bm, bn, bk, threads, mt, nt, ks = (cfg[key] for key in ("bm", "bn", "bk", "threads", "mt", "nt", "ks"))
     split = cfg["split"]
     (oh, ow), groups, cg, cog = geo.out_hw, geo.groups, geo.cg, geo.cog
     m, k = geo.m, geo.k
     _, kp, np_ = geo.w_shape
     x_geo = geo
-    gather = ConvGather(geo, params)
     geo, async_copy = gather.geo, gather.async_copy
     stages = cfg["stages"] if async_copy else 2
     tiles, k_whole, m_whole = gather.tiles, gather.k_whole, gather.m_whole
-    a_size, b_size = bm * bk, bk * bn
+    a_size, b_size = blk.a_size, blk.b_size
     dt = DTypeAnnotation(data_type(dtype))
-    sa_layout, sb_layout = smem_swizzle(bm, bk), smem_swizzle(bk, bn)
-    mma = cu.mma_sync_m16n8k16_f16_f32 if dtype == "float16" else cu.mma_sync_m16n8k16_bf16_f32
-    warp_map = spatial(params["warps_m"], params["warps_n"])
-
-    def warp_of(t):
-        wi, wj = worker_origin(warp_map, t // 32)
-        return wi * wtm, wj * wtn
-
-    def lda_origin(t):
-        return warp_of(t)[0] + t % 32 % 16, t % 32 // 16 * 8
-
-    def ldb_origin(t):
-        return t % 8 + t % 32 // 8 % 2 * 8, warp_of(t)[1] + t % 32 // 16 * 8
-
-    lda_deltas = [(mi * 16, kk * 16) for kk in range(ks) for mi in range(mt)]
-    ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
-    lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
-    ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
-    a_copy, b_copy = gather.copy, tile_copy(sb_layout, bk, bn, threads, 8 if async_copy else 1)
-    a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
+    a_copy, b_copy = gather.copy, tile_copy(blk.sb_layout, bk, bn, threads, 8 if async_copy else 1)
+    a_deltas, sta_plan = a_copy.deltas, a_copy.plan
     b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
     a_rows = gather.rows
     grid_n, grid_m = ceil_div(cog, bn), ceil_div(m, bm)
     n_whole = np_ % bn == 0
     out_dt = f32 if split > 1 else dt
     out_shape = (split, groups, m, cog) if split > 1 else geo.y_shape
+    load_frags = blk.load_frags
 
-    # ---- host helpers emitting statements (called while tracing) ----------------
-    def load_frags(af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
-        out = []
-        for mi in range(mt):
-            base, const = lda_plan.uses[lda_deltas.index((mi * 16, kk * 16))]
-            out.append(cu.ldmatrix_x4(af[fb, mi, :], sa[stage * a_size + lda_off[base] + const]))
-        for q in range(nt // 2):
-            base, const = ldb_plan.uses[ldb_deltas.index((kk * 16, q * 16))]
-            regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
-            out.append(cu.ldmatrix_x4(regs, sb[stage * b_size + ldb_off[base] + const], trans=True))
-        return seq_of(out)
-
-    def mma_all(acc, af, bf, fb):
-        return seq_of([mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
+    def mma_all(acc, af, bf, fb):  # accumulators as separate in and out operands (the form run in W1)
+        return seq_of([blk.mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
                        for mi in range(mt) for ni in range(nt)])
 
-    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
+    # ---- host helpers emitting statements (called while tracing) ----------------
+    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj):
         out = []
-        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
+        for j, values in enumerate(gather.column_state(kbase, ai, aj, gz)):  # once per k-tile, in registers
+            out += [store(cs[v, j], e) for v, e in enumerate(values)]
+        cols = [(cs[0, j], cs[1, j], cs[2, j]) for j in range(len(gather.cols))]
+        size = 2 * gather.vec  # bytes a copy: 16 (8 under channels-first with H*W % 8 == 4)
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, ai, aj, cols)):
             base, const = sta_plan.uses[t]
-            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, 16, select(ok, 16, 0), "cg"))
+            out.append(cu.cp_async(sa[stage * a_size + sta_off[base] + const], src, size, select(ok, size, 0),
+                                   "cg" if size == 16 else "ca"))
         out.append(cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (kp, np_),
                                  (k_whole, n_whole), lambda r, c: w[gz, r, c]))
         return seq_of(out)
 
-    def load_regs(x, w, ra, rb, kbase, n0, gz, rn, rh, rw, aj, bi, bj):
+    def load_regs(x, w, ra, rb, kbase, n0, gz, rn, rh, rw, ai, aj, bi, bj):
         out = []
-        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, aj)):
+        for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, ai, aj)):
             out.append(store(ra[t], src) if ok is True else guarded_copy(ra[t], src, ok))
         for t, (di, dj) in enumerate(b_deltas):
             row, col = kbase + bi + di, n0 + bj + dj
@@ -120,14 +102,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         return seq_of(out)
 
     def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
-        out = []
-        for t in range(len(a_deltas)):
-            base, const = sta_plan.uses[t]
-            out.append(store(sa[stage * a_size + sta_off[base] + const], ra[t]))
-        for t in range(len(b_deltas)):
-            base, const = stb_plan.uses[t]
-            out.append(store(sb[stage * b_size + stb_off[base] + const], rb[t]))
-        return seq_of(out)
+        return blk.store_regs(sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan)
 
     @script
     def conv_tc(x: dt[geo.x_shape], w: dt[geo.w_shape], out: out_dt[out_shape]):
@@ -141,8 +116,8 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         acc = register_tensor(f32, [mt, nt, 4])
         af = register_tensor(u32, [2, mt, 4])
         bf = register_tensor(u32, [2, nt, 2])
-        lda_off = register_tensor(i32, [len(lda_plan.bases)])
-        ldb_off = register_tensor(i32, [len(ldb_plan.bases)])
+        lda_off = register_tensor(i32, [len(blk.lda_plan.bases)])
+        ldb_off = register_tensor(i32, [len(blk.ldb_plan.bases)])
         sta_off = register_tensor(i32, [len(sta_plan.bases)])
         stb_off = register_tensor(i32, [len(stb_plan.bases)])
         rn = register_tensor(i32, [len(a_rows)])
@@ -155,33 +130,28 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         m0 = m_tile * bm
         n0 = n_tile * bn
         k_begin = zs * (tiles * bk)
-        for t, e in enumerate(base_offset_exprs(sa_layout, lda_origin(tid), lda_plan)):
-            lda_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, ldb_origin(tid), ldb_plan)):
-            ldb_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
-            sta_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
-            stb_off[t] = e
-        ai, aj = a_origin(tid)
+        blk.offsets(tid, lda_off, ldb_off, sta_off, stb_off, a_copy, b_copy)
+        ai, aj = a_copy.origin(tid)
         bi, bj = b_origin(tid)
-        for r, di in enumerate(a_rows):
-            n_, h0, w0 = gather.window_origin(m0 + ai + di)
-            rn[r] = n_
+        for r, d in enumerate(a_rows):
+            first, h0, w0 = gather.window_origin(gather.row_pixel(m0, ai, aj, d))
+            rn[r] = first
             rh[r] = h0
             rw[r] = w0
         for mi, ni, e in grid3(mt, nt, 4):
             acc[mi, ni, e] = 0.0
         if async_copy:
+            cs = register_tensor(i32, [3, len(gather.cols)])  # column_state of the k-tile being copied
             for s in static_range(stages - 1):
                 if s < tiles:
-                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, cs, ai, aj,
+                               bi, bj)
                 cu.cp_async_commit_group()
             cu.cp_async_wait_group(stages - 2)
         else:
             ra = register_tensor(dt, [len(a_deltas)])
             rb = register_tensor(dt, [len(b_deltas)])
-            load_regs(x, w, ra, rb, k_begin, n0, gz, rn, rh, rw, aj, bi, bj)
+            load_regs(x, w, ra, rb, k_begin, n0, gz, rn, rh, rw, ai, aj, bi, bj)
             store_regs(sa, sb, ra, rb, sta_off, stb_off, 0)
         cu.syncthreads()
         load_frags(af, bf, lda_off, ldb_off, sa, sb, 0, 0, 0)
@@ -192,11 +162,11 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
                     if async_copy:
                         if kt + stages - 1 < tiles:
                             copy_tiles(x, w, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
-                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj)
                         cu.cp_async_commit_group()
                     else:
                         if kt + 1 < tiles:
-                            load_regs(x, w, ra, rb, k_begin + (kt + 1) * bk, n0, gz, rn, rh, rw, aj, bi, bj)
+                            load_regs(x, w, ra, rb, k_begin + (kt + 1) * bk, n0, gz, rn, rh, rw, ai, aj, bi, bj)
                 if kk == ks - 1:
                     if async_copy:
                         cu.cp_async_wait_group(stages - 2)
@@ -208,7 +178,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
                     load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
                 mma_all(acc, af, bf, kk % 2)
         lane = tid % 32
-        wr, wc = warp_of(tid)
+        wr, wc = blk.warp_of(tid)
         for mi, ni, e in grid3(mt, nt, 4):
             row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
             col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2

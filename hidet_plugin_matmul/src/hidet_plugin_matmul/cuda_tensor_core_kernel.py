@@ -68,6 +68,92 @@ def tc_config(params: Mapping[str, Any]) -> dict:
             "smem": stages * (bm * bk + bk * bn) * 2, "split": params.get("split_k", 1)}
 
 
+class MmaBlock:
+    """The block-level mma.sync machinery the matmul kernel and the implicit-GEMM conv
+    kernel (`cuda_conv_kernel`) share: warps over the block tile, swizzled shared
+    stages, ldmatrix fragments (double buffered), the mmas, the register-staged
+    stores, the per-thread offset registers and the accumulators' output coordinates.
+    `a_kmajor`: A's shared tile is stored [BK, BM] (M contiguous, as B is [BK, BN]) and
+    its fragments are read with ldmatrix.trans (the conv's channels-first 1x1 path)."""
+
+    def __init__(self, params: Mapping[str, Any], dtype: str, a_kmajor: bool = False):
+        from hidet_plugin_cuda import lang as cu
+
+        self.cfg = cfg = tc_config(params)
+        bm, bn, bk, ks, mt, nt = cfg["bm"], cfg["bn"], cfg["bk"], cfg["ks"], cfg["mt"], cfg["nt"]
+        self.a_size, self.b_size, self.a_kmajor = bm * bk, bk * bn, a_kmajor
+        self.sa_layout = smem_swizzle(bk, bm) if a_kmajor else smem_swizzle(bm, bk)
+        self.sb_layout = smem_swizzle(bk, bn)
+        self.mma = cu.mma_sync_m16n8k16_f16_f32 if dtype == "float16" else cu.mma_sync_m16n8k16_bf16_f32
+        self.warp_map = spatial(params["warps_m"], params["warps_n"])
+        # ldmatrix addressing: A x4 (16 rows x 16 k; k-major: x4.trans of 16 k x 16 rows),
+        # B x4.trans (16 k x 16 n)
+        if a_kmajor:
+            self.lda_deltas = [(kk * 16, mi * 16) for kk in range(ks) for mi in range(mt)]
+        else:
+            self.lda_deltas = [(mi * 16, kk * 16) for kk in range(ks) for mi in range(mt)]
+        self.ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
+        self.lda_plan = plan_offsets(self.sa_layout, self.lda_origin, self.lda_deltas, cfg["threads"])
+        self.ldb_plan = plan_offsets(self.sb_layout, self.ldb_origin, self.ldb_deltas, cfg["threads"])
+
+    def warp_of(self, t):  # (warp row, warp col) origin in elements
+        wi, wj = worker_origin(self.warp_map, t // 32)
+        return wi * self.cfg["wtm"], wj * self.cfg["wtn"]
+
+    def lda_origin(self, t):
+        if self.a_kmajor:  # lanes 8j..8j+7 address matrix j = (rows +8 if j odd, k +8 if j >= 2)
+            return t % 8 + t % 32 // 16 * 8, self.warp_of(t)[0] + t % 32 // 8 % 2 * 8
+        return self.warp_of(t)[0] + t % 32 % 16, t % 32 // 16 * 8
+
+    def ldb_origin(self, t):
+        return t % 8 + t % 32 // 8 % 2 * 8, self.warp_of(t)[1] + t % 32 // 16 * 8
+
+    def load_frags(self, af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
+        from hidet_plugin_cuda import lang as cu
+
+        out = []
+        for mi in range(self.cfg["mt"]):
+            delta = (kk * 16, mi * 16) if self.a_kmajor else (mi * 16, kk * 16)
+            base, const = self.lda_plan.uses[self.lda_deltas.index(delta)]
+            src = sa[stage * self.a_size + lda_off[base] + const]
+            out.append(cu.ldmatrix_x4(af[fb, mi, :], src, trans=True) if self.a_kmajor
+                       else cu.ldmatrix_x4(af[fb, mi, :], src))
+        for q in range(self.cfg["nt"] // 2):
+            base, const = self.ldb_plan.uses[self.ldb_deltas.index((kk * 16, q * 16))]
+            regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
+            out.append(cu.ldmatrix_x4(regs, sb[stage * self.b_size + ldb_off[base] + const], trans=True))
+        return seq_of(out)
+
+    def mma_all(self, acc, af, bf, fb):
+        out = []
+        for mi in range(self.cfg["mt"]):
+            for ni in range(self.cfg["nt"]):
+                c = acc[mi, ni, :]
+                out.append(self.mma(c, af[fb, mi, :], bf[fb, ni, :], c))
+        return seq_of(out)
+
+    def store_regs(self, sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan):
+        """Register-staged tiles (``ra``/``rb``, one element per copy delta) to stage `stage`."""
+        out = []
+        for t in range(len(sta_plan.uses)):
+            base, const = sta_plan.uses[t]
+            out.append(store(sa[stage * self.a_size + sta_off[base] + const], ra[t]))
+        for t in range(len(stb_plan.uses)):
+            base, const = stb_plan.uses[t]
+            out.append(store(sb[stage * self.b_size + stb_off[base] + const], rb[t]))
+        return seq_of(out)
+
+    def offsets(self, tid, lda_off, ldb_off, sta_off, stb_off, a_copy, b_copy):
+        """The offset registers' initial values (`cuda_smem_offsets`), as statements."""
+        out = []
+        for regs, layout, origin, plan in ((lda_off, self.sa_layout, self.lda_origin(tid), self.lda_plan),
+                                           (ldb_off, self.sb_layout, self.ldb_origin(tid), self.ldb_plan),
+                                           (sta_off, self.sa_layout, a_copy.origin(tid), a_copy.plan),
+                                           (stb_off, self.sb_layout, b_copy.origin(tid), b_copy.plan)):
+            out += [store(regs[t], e) for t, e in enumerate(base_offset_exprs(layout, origin, plan))]
+        return seq_of(out)
+
+
 def uses_cp_async(ops: MatmulOperands) -> bool:
     """cp.async needs 16-byte aligned source rows (the allocator aligns the bases)."""
     return ops.k % 8 == 0 and ops.n % 8 == 0
@@ -91,7 +177,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
 
     cfg = tc_config(params)
     bm, bn, bk, threads = cfg["bm"], cfg["bn"], cfg["bk"], cfg["threads"]
-    mt, nt, ks, wtm, wtn = cfg["mt"], cfg["nt"], cfg["ks"], cfg["wtm"], cfg["wtn"]
+    mt, nt, ks = cfg["mt"], cfg["nt"], cfg["ks"]
     split = cfg["split"]
     m, n, k, batch = ops.m, ops.n, ops.k, ops.batch
     path = staging(ops, params)
@@ -106,28 +192,11 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     stages = cfg["stages"] if async_copy else 2  # register staging double-buffers
     tiles_all = max(1, ceil_div(k, bk))
     tiles = ceil_div(tiles_all, split)  # k-tiles per split slice
-    a_size, b_size = bm * bk, bk * bn  # elements per stage
+    blk = MmaBlock(params, dtype)  # warps, shared stages, fragments, mmas
+    a_size, b_size = blk.a_size, blk.b_size  # elements per stage
     dt = DTypeAnnotation(data_type(dtype))
-    sa_layout, sb_layout = smem_swizzle(bm, bk), smem_swizzle(bk, bn)
-    mma = cu.mma_sync_m16n8k16_f16_f32 if dtype == "float16" else cu.mma_sync_m16n8k16_bf16_f32
-
-    warp_map = spatial(params["warps_m"], params["warps_n"])
-
-    def warp_of(t):  # (warp row, warp col) origin in elements
-        wi, wj = worker_origin(warp_map, t // 32)
-        return wi * wtm, wj * wtn
-
-    # ldmatrix addressing: A x4 (16 rows x 16 k), B x4.trans (16 k x 16 n)
-    def lda_origin(t):
-        return warp_of(t)[0] + t % 32 % 16, t % 32 // 16 * 8
-
-    def ldb_origin(t):
-        return t % 8 + t % 32 // 8 % 2 * 8, warp_of(t)[1] + t % 32 // 16 * 8
-
-    lda_deltas = [(mi * 16, kk * 16) for kk in range(ks) for mi in range(mt)]
-    ldb_deltas = [(kk * 16, q * 16) for kk in range(ks) for q in range(nt // 2)]
-    lda_plan = plan_offsets(sa_layout, lda_origin, lda_deltas, threads)
-    ldb_plan = plan_offsets(sb_layout, ldb_origin, ldb_deltas, threads)
+    sa_layout, sb_layout = blk.sa_layout, blk.sb_layout
+    lda_plan, ldb_plan = blk.lda_plan, blk.ldb_plan
 
     # global -> shared copies: 16-byte chunks (cp.async) or elements (registers)
     vec = 8 if async_copy else 1
@@ -142,25 +211,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     def out_index(zs, bz, row, col):
         return (zs, bz, row, col) if split > 1 else ops.c_index(bz, row, col)
 
-    # ---- host helpers emitting statements (called while tracing) ----------------
-    def load_frags(af, bf, lda_off, ldb_off, sa, sb, fb, stage, kk):
-        out = []
-        for mi in range(mt):
-            base, const = lda_plan.uses[lda_deltas.index((mi * 16, kk * 16))]
-            out.append(cu.ldmatrix_x4(af[fb, mi, :], sa[stage * a_size + lda_off[base] + const]))
-        for q in range(nt // 2):
-            base, const = ldb_plan.uses[ldb_deltas.index((kk * 16, q * 16))]
-            regs = [bf[fb, 2 * q, 0], bf[fb, 2 * q, 1], bf[fb, 2 * q + 1, 0], bf[fb, 2 * q + 1, 1]]
-            out.append(cu.ldmatrix_x4(regs, sb[stage * b_size + ldb_off[base] + const], trans=True))
-        return seq_of(out)
-
-    def mma_all(acc, af, bf, fb):
-        out = []
-        for mi in range(mt):
-            for ni in range(nt):
-                c = acc[mi, ni, :]
-                out.append(mma(c, af[fb, mi, :], bf[fb, ni, :], c))
-        return seq_of(out)
+    load_frags, mma_all = blk.load_frags, blk.mma_all
 
     # guards the static shape makes always true are not emitted (v3): every block tile
     # whole in M / N, every k-tile whole in K (no split slice runs past the end)
@@ -185,14 +236,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         return seq_of(out)
 
     def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
-        out = []
-        for t in range(len(a_deltas)):
-            base, const = sta_plan.uses[t]
-            out.append(store(sa[stage * a_size + sta_off[base] + const], ra[t]))
-        for t in range(len(b_deltas)):
-            base, const = stb_plan.uses[t]
-            out.append(store(sb[stage * b_size + stb_off[base] + const], rb[t]))
-        return seq_of(out)
+        return blk.store_regs(sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan)
 
     @script
     def matmul_tc(a: dt[a_shape], b: dt[b_shape], out: out_dt[out_shape]):
@@ -217,14 +261,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         m0 = m_tile * bm
         n0 = n_tile * bn
         k_begin = zs * (tiles * bk)
-        for t, e in enumerate(base_offset_exprs(sa_layout, lda_origin(tid), lda_plan)):
-            lda_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, ldb_origin(tid), ldb_plan)):
-            ldb_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
-            sta_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
-            stb_off[t] = e
+        blk.offsets(tid, lda_off, ldb_off, sta_off, stb_off, a_copy, b_copy)
         ai, aj = a_origin(tid)
         bi, bj = b_origin(tid)
         for mi, ni, e in grid3(mt, nt, 4):
@@ -265,7 +302,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
                     load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
                 mma_all(acc, af, bf, kk % 2)
         lane = tid % 32
-        wr, wc = warp_of(tid)
+        wr, wc = blk.warp_of(tid)
         for mi, ni, e in grid3(mt, nt, 4):
             row = m0 + wr + mi * 16 + lane // 4 + e // 2 * 8
             col = n0 + wc + ni * 8 + lane % 4 * 2 + e % 2
