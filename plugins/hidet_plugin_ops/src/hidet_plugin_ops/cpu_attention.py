@@ -107,11 +107,24 @@ def row_functions(task: Any, a: Mapping[str, Any], batch: Sequence[int]):
     return logit, probability
 
 
-def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: int, name: str):
+def kernel_operands(task: Any, a: Mapping[str, Any]):
+    """What every attention kernel (this one and the CUDA forms) reads off its task:
+    ``(batch, (m, n, d, dv), ct, (qt, kt_t, vt, mt, yt), (qa, ka, va, ya), (logit, probability))``
+    -- the batch extents, the sizes, the accumulator dtype, the kernel's parameter types
+    (the mask's is q's when there is none: the parameter is then unused), each operand's
+    batched element access and the row functions."""
     q, kt, v = task.inputs[:3]
     y = task.outputs[0]
     batch = tuple(int(s) for s in a["batch"])
-    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
+    sizes = tuple(int(a[k]) for k in ("m", "n", "d", "dv"))
+    mask = task.inputs[3] if a["mask_kind"] != "none" else q
+    types = tuple(TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
+    access = tuple(_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
+    return batch, sizes, accumulator_dtype(q.dtype), types, access, row_functions(task, a, batch)
+
+
+def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: int, name: str):
+    batch, (m, n, d, dv), ct, (qt, kt_t, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     flat = 1
     for extent in batch:
         flat *= extent
@@ -119,11 +132,6 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
     items = flat * blocks
     per_worker = max(1, -(-items // workers))
     slots = spatial(workers)
-    ct = accumulator_dtype(q.dtype)
-    mask = task.inputs[3] if a["mask_kind"] != "none" else q
-    qt, kt_t, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
-    qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
-    logit, probability = row_functions(task, a, batch)
     lowest = const(ct.min_value(), ct)
     zero = const(0.0, ct)
     cache = (d * n + n * dv) * (ct.bits // 8) <= CACHE_LIMIT
@@ -192,7 +200,7 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                         for t in range(block):
                             if i0 + t < m:
                                 for c in range(dv):
-                                    yx[ya.index(b, i0 + t, c)] = cast(ac[t * dv + c], y.dtype)
+                                    yx[ya.index(b, i0 + t, c)] = cast(ac[t * dv + c], yt.dtype)
 
     return attention_rows
 

@@ -53,13 +53,12 @@ from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
-from hidet_framework.ir.types import TensorType
 from hidet_framework.lang import attrs, script, shared_tensor, static_range
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .attention import accumulator_dtype
-from .cpu_attention import _Batched, row_functions
+from .cpu_attention import kernel_operands
 from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
@@ -72,17 +71,8 @@ CHUNK = 32  # keys per shared tile of the tiled form
 def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
     from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
 
-    q, kt, v = task.inputs[:3]
-    y = task.outputs[0]
-    batch = tuple(int(s) for s in a["batch"])
-    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
+    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     rows = math.prod(batch) * m
-    ct = accumulator_dtype(q.dtype)
-    has_mask = a["mask_kind"] != "none"
-    mask = task.inputs[3] if has_mask else q
-    qt, ktt, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
-    qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
-    logit, probability = row_functions(task, a, batch)
     warps = threads // 32
     levels = [16 >> s for s in range(5)]
     lowest = const(ct.min_value(), ct)
@@ -146,7 +136,7 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
                 acc = const(0.0, ct)
                 for j in range(n):
                     acc = acc + probability(srow[j], inv) * va.load(vx, b, j, c, ct)
-                yx[ya.index(b, i, c)] = cast(acc, y.dtype)
+                yx[ya.index(b, i, c)] = cast(acc, yt.dtype)
 
     return attention_rows_cuda
 
@@ -160,15 +150,7 @@ def _tiled_shared_bytes(a: Mapping[str, Any], rows: int, width: int) -> int:
 def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_order: str, name: str):
     from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
 
-    q, kt, v = task.inputs[:3]
-    y = task.outputs[0]
-    batch = tuple(int(s) for s in a["batch"])
-    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
-    ct = accumulator_dtype(q.dtype)
-    mask = task.inputs[3] if a["mask_kind"] != "none" else q
-    qt, ktt, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
-    qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
-    logit, probability = row_functions(task, a, batch)
+    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     warps = threads // 32
     levels = [16 >> s for s in range(5)]
     lowest, zero = const(ct.min_value(), ct), const(0.0, ct)
@@ -246,7 +228,7 @@ def _tiled_kernel(task: Any, a: Mapping[str, Any], threads: int, rows: int, k_or
                 ys[e / dv, e % dv] = acc
         for e in range(tid, rows * dv, threads):
             if i0 + e / dv < m:
-                yx[ya.index(b, i0 + e / dv, e % dv)] = cast(ys[e / dv, e % dv], y.dtype)
+                yx[ya.index(b, i0 + e / dv, e % dv)] = cast(ys[e / dv, e % dv], yt.dtype)
 
     return attention_tiles_cuda
 

@@ -26,11 +26,9 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.ir.math_functions import exp
-from hidet_framework.ir.types import TensorType
 from hidet_framework.lang import attrs, script, shared_tensor, static_range, unroll
 
-from .attention import accumulator_dtype
-from .cpu_attention import _Batched, row_functions
+from .cpu_attention import kernel_operands
 
 __all__ = ["warp_kernel"]
 
@@ -44,15 +42,7 @@ def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
     Dv columns, group g summing keys j = g, g + G, ..., the groups added in shared."""
     from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
 
-    q, kt, v = task.inputs[:3]
-    y = task.outputs[0]
-    batch = tuple(int(s) for s in a["batch"])
-    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
-    ct = accumulator_dtype(q.dtype)
-    mask = task.inputs[3] if a["mask_kind"] != "none" else q
-    qt, ktt, vt, mt, yt = (TensorType(t.dtype, t.shape) for t in (q, kt, v, mask, y))
-    qa, ka, va, ya = (_Batched(t.shape, batch, t.dtype) for t in (q, kt, v, y))
-    logit, probability = row_functions(task, a, batch)
+    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     warps, groups = threads // 32, max(1, threads // dv)
     levels = [16 >> s for s in range(5)]
     lowest, zero = const(ct.min_value(), ct), const(0.0, ct)
@@ -127,12 +117,12 @@ def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
                 acc = part[0, c]
                 for g in static_range(1, groups):
                     acc = acc + part[g, c]
-                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, y.dtype)
+                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, yt.dtype)
         else:
             for c in range(tid, dv, threads):
                 acc = zero
                 for j in range(n):
                     acc = acc + probability(srow[j], inv) * va.load(vx, b, j, minimum(c, dv - 1), ct)
-                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, y.dtype)
+                yx[ya.index(b, i, minimum(c, dv - 1))] = cast(acc, yt.dtype)
 
     return attention_warps_cuda
