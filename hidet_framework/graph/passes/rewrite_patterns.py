@@ -17,6 +17,8 @@ A rule is an object registered through ``register_passes`` with
   `uses` (a `GraphUses`) tells who reads a tensor (a horizontal rule looks for the
   siblings of `op` that read the same input).
 
+``extension.RewriteRule`` is the descriptor holding these attributes.
+
 Rules are tried in registration order; the first that answers wins for that operator.
 A round visits every operator once (inputs already rewritten, so rules see the current
 graph); rounds repeat until none fires, at most ``ctx.max_rewrite_rounds`` times — two
