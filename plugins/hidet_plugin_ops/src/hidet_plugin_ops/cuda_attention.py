@@ -41,7 +41,10 @@ per-row form for a stored K of a short sequence whose rows fill the GPU, else th
 form with the largest R that still gives every SM a block (from the target's SM
 count). A per-row form that gives each key to a warp (``rows`` 1, ``k_order`` "d",
 cuda_attention_warps.py) is built only when asked for explicitly: it is in no space
-and no default (not yet run on a GPU in its current form).
+and no default (not yet run on a GPU in its current form). The tensor-core form
+(``{"form": "mma"}``, cuda_attention_mma.py: float16 / bfloat16, D and Dv multiples of
+16 up to 128) is opt-in the same way, and with HIDET_FRAMEWORK_ATTENTION_MMA=1 it is
+level 0's choice and leads the spaces.
 """
 from __future__ import annotations
 
