@@ -262,8 +262,9 @@ def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, monkeypatch, tmp
     monkeypatch.setattr(cuda_attention, "mma_kernel", lambda *a: built.append(a) or real(*a))
     clear_task_cache()
     heads, seq, d = 4, 61, 64
-    fn = hf.compile(_block(dtype, True, heads, seq, d), target="cuda", parallel=False)
-    assert built  # the attention kernel is the mma form
+    fn = hf.compile(_block(dtype, True, heads, seq, d), target="cuda", space=0, parallel=False)
+    params = [getattr(getattr(t, "scheduled", None), "params", None) or {} for t in getattr(fn, "tasks", ())]
+    assert built or any(p.get("form") == "mma" for p in params)  # the attention kernel is the mma form
     x = rng.standard_normal((1, seq, 3 * heads * d)).astype(np.float32)
     device_x, exact = _rounded(x, dtype)
     q, k, v = (exact[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d).transpose(0, 2, 1, 3)
