@@ -58,8 +58,6 @@ class Buffer:
     def __init__(self, flat: np.ndarray, ttype: TensorType | None) -> None:
         self.flat = flat
         self.ttype = ttype
-        self._layout: Any = None  # layout_of(ttype), found on first access
-        self._concrete = False
 
     def offset(self, ev: "Evaluator", indices: list[int]) -> int:
         if self.ttype is None:  # a pointer: one flat index
@@ -68,15 +66,7 @@ class Buffer:
             return indices[0]
         if len(indices) == 1 and self.ttype.rank != 1:
             return indices[0]  # a flattened access: the element offset (lowering/flatten_tensor_index)
-        layout = self._layout
-        if layout is None:
-            layout = self._layout = layout_of(self.ttype)
-            self._concrete = all(isinstance(s, int) for s in layout.shape)
-        if self._concrete:  # int shape: the offset of in-range ints is an int (what the IR below folds to)
-            try:
-                return layout.offset(*indices)
-            except IndexError:
-                pass  # out of range: evaluated as written, as before
+        layout = layout_of(self.ttype)
         return int(ev.eval_expr(layout(*[const(i) for i in indices])))
 
 
@@ -112,33 +102,13 @@ def _wrap_int(value: int, dtype: DataType) -> int:
     return value
 
 
-def _make_converter(dtype: DataType) -> Callable[[Any], Any]:
-    if dtype.is_float():
-        return np.dtype("float32" if dtype.name == "bfloat16" else dtype.name).type
-    if dtype.is_bool():
-        return bool
-    mask, signed, half, full = (1 << dtype.bits) - 1, dtype.kind == "int", 1 << (dtype.bits - 1), 1 << dtype.bits
-
-    def wrap(value: Any) -> int:  # _wrap_int(int(value), dtype), its constants computed once
-        value = int(value) & mask
-        return value - full if signed and value >= half else value
-
-    return wrap
-
-
-# id(dtype) -> (dtype, value converter): the evaluator converts every result, so this is its
-# hot path (issue 11). Keyed by id, not by value (DataType hashes its fields on every
-# call); each entry holds its dtype, so an id is never reused while it is cached.
-_CONVERTERS: dict = {}
-
-
 def _scalar(value: Any, dtype: DataType) -> Any:
-    entry = _CONVERTERS.get(id(dtype))
-    if entry is None:
-        if len(_CONVERTERS) >= 4096:
-            _CONVERTERS.clear()
-        entry = _CONVERTERS[id(dtype)] = (dtype, _make_converter(dtype))
-    return entry[1](value)
+    if dtype.is_float():
+        np_name = "float32" if dtype.name == "bfloat16" else dtype.name
+        return np.dtype(np_name).type(value)
+    if dtype.is_bool():
+        return bool(value)
+    return _wrap_int(int(value), dtype)
 
 
 def _c_div(a: Any, b: Any) -> Any:
@@ -309,21 +279,19 @@ class Evaluator(_Dispatch):
         return _scalar(e.value, e.dtype)
 
     def visit_Var(self, e: Var) -> Any:
-        try:
-            return self.env[e]
-        except KeyError:
-            raise EvaluationError(f"variable {e.hint!r} is not defined here") from None
+        if e not in self.env:
+            raise EvaluationError(f"variable {e.hint!r} is not defined here")
+        return self.env[e]
 
     def visit_BinaryOp(self, e: BinaryOp) -> Any:
-        op = e.op
-        if op == "and":
-            return bool(self.visit(e.a)) and bool(self.visit(e.b))
-        if op == "or":
-            return bool(self.visit(e.a)) or bool(self.visit(e.b))
-        a, b = self.visit(e.a), self.visit(e.b)
+        if e.op == "and":
+            return bool(self.eval_expr(e.a)) and bool(self.eval_expr(e.b))
+        if e.op == "or":
+            return bool(self.eval_expr(e.a)) or bool(self.eval_expr(e.b))
+        a, b = self.eval_expr(e.a), self.eval_expr(e.b)
         if isinstance(a, PointerValue):  # pointer arithmetic
-            return PointerValue(a, a.base + (b if op == "add" else -b))
-        result = _BINARY[op](a, b)
+            return PointerValue(a, a.base + (b if e.op == "add" else -b))
+        result = _BINARY[e.op](a, b)
         t = infer_type(e)
         return _scalar(result, t) if isinstance(t, DataType) else result
 
