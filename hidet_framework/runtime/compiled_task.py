@@ -148,17 +148,76 @@ def _build_job(index: int) -> tuple:
         return index, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
 
 
+def _source_job(index: int) -> tuple:
+    make, backend, target = _JOBS["jobs"][index], _JOBS["backend"], _JOBS["target"]
+    started = time.perf_counter()
+    try:
+        lowered = _lowered(make(), target)
+        return index, lowered.name, backend.codegen(lowered, target), None, time.perf_counter() - started
+    except Exception as exc:
+        return index, None, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+
+
+def _compile_job(item: tuple) -> tuple:
+    index, name, source = item
+    started = time.perf_counter()
+    try:
+        path = _JOBS["backend"].build(source, _JOBS["target"], name=name).path
+        return index, path, None, time.perf_counter() - started
+    except Exception as exc:
+        return index, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+
+
+def _renamed_key(name: str | None, source: str | None) -> str | None:
+    """The source with its module name replaced: equal for the same kernel under two names
+    (the name is a generated identifier; every occurrence is renamed, none is left)."""
+    if source is None or not name or len(name) < 8 or not name.isidentifier() or "\0" in source:
+        return None
+    return source.replace(name, "\0")
+
+
 def build_in_parallel(jobs: Sequence[Callable[[], ScheduledTask]], backend: Any, target: Any,
-                      workers: int | None = None) -> list[tuple]:
+                      workers: int | None = None, *, skip_renamed: bool = False) -> list[tuple]:
     """Build many scheduled tasks in worker processes (through the build cache). Each
     job makes its ScheduledTask (e.g. ``lambda: template.build(...)``). Returns, in
-    order, (index, artifact path or None, error or None, seconds) per job."""
+    order, (index, artifact path or None, error or None, seconds) per job.
+
+    ``skip_renamed`` (compile-only checks): every job is lowered and printed, but a source
+    that equals an earlier job's source up to the module name (candidates that one shape
+    makes equal, e.g. a row tile clamped to M) is not compiled again: such a job gets the
+    earlier job's artifact path, or its error prefixed with ``same source as job K``."""
     workers = workers or min(len(jobs), len(os.sched_getaffinity(0))) or 1
     _JOBS.update(jobs=list(jobs), backend=backend, target=target)
+    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
+
+    def run(fn: Callable, items: Sequence) -> list:
+        if pool is None:
+            return [fn(item) for item in items]
+        return sorted(pool.imap_unordered(fn, items), key=lambda r: r[0])
+
     try:
-        if workers == 1:
-            return [_build_job(i) for i in range(len(jobs))]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return sorted(pool.imap_unordered(_build_job, range(len(jobs))), key=lambda r: r[0])
+        if not skip_renamed:
+            return run(_build_job, range(len(jobs)))
+        printed = run(_source_job, range(len(jobs)))
+        first: dict = {}  # renamed source -> index of the job that compiles it
+        same_as = {}
+        for index, name, source, _, _ in printed:
+            key = _renamed_key(name, source)
+            if key is not None:
+                same_as[index] = first.setdefault(key, index)
+        built = {r[0]: r for r in run(_compile_job, [(i, n, s) for i, n, s, err, _ in printed
+                                                     if err is None and same_as.get(i, i) == i])}
+        results = []
+        for index, _, _, err, seconds in printed:
+            k, path = same_as.get(index, index), None
+            if err is None and k in built:
+                _, path, err, more = built[k]
+                err = err if k == index or err is None else f"same source as job {k}, which failed: {err}"
+                seconds += more if k == index else 0.0
+            results.append((index, path if err is None else None, err, seconds))
+        return results
     finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
         _JOBS.clear()
