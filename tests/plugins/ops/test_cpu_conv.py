@@ -344,25 +344,3 @@ def test_channel_blocks_from_a_small_l1(cpu_backend, rng, case):
     assert not np.isnan(y).any()
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
 
-
-@pytest.mark.parametrize("x_shape,o", [((2, 23, 7, 7), 53), ((1, 160, 7, 7), 67), ((3, 11, 5, 9), 37)], ids=str)
-def test_flat_form_stores_through_channels_with_epilogues(rng, x_shape, o):
-    """The flat form (1x1 stride 1 on small images: MobileNet-V2's 7x7 stages) stores
-    through a channel-major buffer; a relu6 clip and a residual add graft onto those
-    stores (one launch), every channel and pixel lands where it belongs (ragged last
-    channel block, tiles of two widths, batches), against float64, fresh inputs."""
-    c = x_shape[1]
-    x = hf.symbol(x_shape, "float32")
-    r = hf.symbol((x_shape[0], o) + x_shape[2:], "float32")
-    w = (rng.standard_normal((o, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
-    b = rng.standard_normal(o).astype(np.float32)
-    y = hf.ops.add(hf.ops.clip(hf.ops.conv2d(x, hf.constant(w), hf.constant(b)), 0.0, 6.0), r)
-    fn = hf.compile(hf.trace(y, inputs=[x, r]), target="cpu", space=0)
-    assert [t.scheduled.source for t in fn.tasks] == ["ops.conv2d_cpu_direct"] and fn.num_launches == 1
-    assert any("_flat" in name for name in fn.tasks[0].scheduled.module.functions)     # the flat form ran
-    for _ in range(2):
-        xv = rng.standard_normal(x_shape).astype(np.float32)
-        rv = rng.standard_normal((x_shape[0], o) + x_shape[2:]).astype(np.float32)
-        ref = np.clip(conv64(xv, w, b, (1, 1), (0, 0, 0, 0), (1, 1)), 0.0, 6.0) + rv
-        got = fn(xv, rv)
-        assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-5
