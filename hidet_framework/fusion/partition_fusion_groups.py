@@ -25,6 +25,7 @@ when the driver grafts, and that group then runs as separate kernels.
 from __future__ import annotations
 
 from hidet_framework.fusion.compose_task import compose_task
+from hidet_framework.fusion.epilogue_dag import EpilogueDag, find_epilogue_dag, multiuse_enabled
 from hidet_framework.fusion.graft_epilogue import epilogue_form
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
 from hidet_framework.graph.flow_graph import FlowGraph
@@ -68,6 +69,8 @@ class _Partition:
         self.group_of: dict[int, int] = {}  # id(op) -> group index
         self.groups: list[dict] = []
         self.boundaries: list[list[str]] = []  # per group: why a neighbour stayed out (fusion_report)
+        self.position = {id(op): k for k, op in enumerate(graph.nodes)}
+        self.multiuse = multiuse_enabled()
 
     def _single_use(self, t: Tensor) -> bool:
         return t.uid not in self.returned and len(self.uses.get(t.uid, ())) == 1
@@ -87,9 +90,19 @@ class _Partition:
         current = self.groups[g]["anchor"]
         while len(current.outputs) == 1:
             if not self._single_use(current.outputs[0]):
-                if self.uses.get(current.outputs[0].uid):  # (a graph output nothing reads is just the end)
-                    self.boundaries[g].append(f"stored after {current.name}: {self._why_stored(current.outputs[0])}")
-                return
+                if not self.uses.get(current.outputs[0].uid):
+                    return  # a graph output nothing reads is just the end
+                dag, why = self._epilogue_dag(current.outputs[0])
+                if dag is None:
+                    self.boundaries[g].append(f"stored after {current.name}: {self._why_stored(current.outputs[0])}"
+                                              + (f" ({why})" if why else ""))
+                    return
+                for op in dag.ops:
+                    self.group_of[id(op)] = g
+                self.position[id(dag)] = self.position[id(dag.sink)]
+                self.groups[g]["epilogue"].append(dag)
+                current = dag
+                continue
             consumer, position = self.uses[current.outputs[0].uid][0]
             why = _why_not_joined(consumer)
             if id(consumer) in self.group_of and not why:
@@ -101,6 +114,13 @@ class _Partition:
             self.group_of[id(consumer)] = g
             self.groups[g]["epilogue"].append(consumer)
             current = consumer
+
+    def _epilogue_dag(self, t: Tensor) -> tuple[EpilogueDag | None, str]:
+        """The readers of `t` as one epilogue (epilogue_dag.py), opt-in."""
+        if not self.multiuse:
+            return None, ""
+        return find_epilogue_dag(t, self.uses, self.returned, self.position,
+                                 lambda op: _why_not_joined(op) or ("taken" if id(op) in self.group_of else ""))
 
     def _grow_prologue(self, g: int, op: Operator) -> None:
         for t in op.inputs:
@@ -138,6 +158,9 @@ def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup,
     roles.update({id(op): "epilogue" for op in parts["epilogue"]})
     ops = sorted([anchor, *parts["prologue"], *parts["epilogue"]], key=lambda op: position[id(op)])
     index = {id(op): j for j, op in enumerate(ops)}
+    for j, op in enumerate(ops):
+        for inner in getattr(op, "ops", ()):  # an EpilogueDag: its sink's output is the member's
+            index[id(inner)] = j
     inputs: list[Tensor] = []
     members = []
     for op in ops:
@@ -162,7 +185,7 @@ def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = Non
     ctx = ctx or GraphPassContext()
     partition = _Partition(graph)
     partition.run()
-    position = {id(op): k for k, op in enumerate(graph.nodes)}
+    position = partition.position  # graph order, and each epilogue DAG at its sink's place
     last_member: dict[int, int] = {}  # group index -> position of its last member
     for op in graph.nodes:
         last_member[partition.group_of[id(op)]] = position[id(op)]
