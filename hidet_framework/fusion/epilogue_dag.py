@@ -25,9 +25,10 @@ from typing import Callable
 from hidet_framework.compute.definitions import tensor_input
 from hidet_framework.compute.task import Task
 from hidet_framework.fusion.compose_task import compose_members
-from hidet_framework.fusion.graft_epilogue import epilogue_form
+from hidet_framework.fusion.graft_epilogue import _HoleForRead, epilogue_form
 from hidet_framework.fusion.plan import FusionError, Member, Source
 from hidet_framework.graph.tensor import Operator, Tensor
+from hidet_framework.ir.expr import var
 
 ENV_FUSE_MULTIUSE = "HIDET_FRAMEWORK_FUSE_MULTIUSE"
 MAX_OPERATORS = 16
@@ -35,6 +36,13 @@ MAX_OPERATORS = 16
 
 def multiuse_enabled() -> bool:
     return os.environ.get(ENV_FUSE_MULTIUSE, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _reads_of(task: Task, index: int) -> int:
+    """How many element reads of input `index` the task's (inlined) output value holds."""
+    rewriter = _HoleForRead(task.inputs[index], var("hole", task.inputs[index].dtype))
+    rewriter.visit(task.inlined_value(task.outputs[0]))
+    return len(rewriter.reads)
 
 
 class EpilogueDag:
@@ -117,6 +125,9 @@ def find_epilogue_dag(root: Tensor, uses: dict, returned: set, position: dict[in
     ops = sorted(members.values(), key=lambda op: position[id(op)])
     for op in ops[:-1]:  # only the root may be read several times: the composed value stays linear in size
         n = len(uses[op.outputs[0].uid])
+        if n == 1:
+            reader, k = uses[op.outputs[0].uid][0]
+            n = _reads_of(reader.task, k)
         if n != 1:
             return None, f"{op.name}'s output is read {n} times"
     dag = EpilogueDag(root, ops)
