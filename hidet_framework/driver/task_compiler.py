@@ -76,7 +76,8 @@ def task_key(task: Task, target: Any, space: int, op_name: str, attributes: dict
 def fused_key(task: Task, group: FusionGroup, target: Any, space: int) -> tuple:
     """The in-process cache key of `compile_fused` (target resolved)."""
     return ("fused", task.fingerprint(), target.kind, space, group.structure_key(),
-            tuple(attributes_key(dict(m.attributes)) for m in group.members))
+            tuple(attributes_key(dict(m.attributes)) for m in group.members),
+            attributes_key(group.anchor_attributes()))  # what the anchor is built with (fusion switches)
 
 
 def cached(key: tuple) -> Any:

@@ -31,6 +31,7 @@ from hidet_framework.graph.tensor import Operator, Tensor
 from hidet_framework.ir.expr import var
 
 ENV_FUSE_MULTIUSE = "HIDET_FRAMEWORK_FUSE_MULTIUSE"
+DAG_ATTRIBUTE = "fusion.epilogue_dag"  # the member's attributes: the names of the operators it stands for
 MAX_OPERATORS = 16
 
 
@@ -48,7 +49,8 @@ def _reads_of(task: Task, index: int) -> int:
 class EpilogueDag:
     """Operators that read `root` and reconverge at `sink`, seen by the partition as one
     operator: ``inputs`` (`root` first, then the other tensors they read), ``outputs``
-    (the sink's), ``task`` (the members composed), ``name`` and ``attributes``."""
+    (the sink's), ``task`` (the members composed), ``name`` and ``attributes``
+    (``DAG_ATTRIBUTE``: the operators' names)."""
 
     def __init__(self, root: Tensor, ops: list[Operator]) -> None:
         self.root, self.ops, self.sink = root, ops, ops[-1]
@@ -69,7 +71,7 @@ class EpilogueDag:
             members.append(Member(op.name, op.task, dict(op.attributes), "epilogue", sources))
         self.outputs = self.sink.outputs
         self.name = "_".join(op.name for op in ops)
-        self.attributes: dict = {}
+        self.attributes: dict = {DAG_ATTRIBUTE: tuple(op.name for op in ops)}
         nodes = [tensor_input(f"in{k}", t.dtype, t.shape) for k, t in enumerate(self.inputs)]
         produced = compose_members(members, nodes)
         self.task = Task(self.name, nodes, [produced[-1][0]])
