@@ -13,7 +13,10 @@ the level-0 choice of ``ops.attention_cuda`` (its ``space`` patched for the one
 compile, in this process, the driver's in-process task cache cleared first), checked
 against torch in float32 (max |ours - ref| / max |ref|), and timed
 by the profiler (CUPTI kernel time per call, the mean over ``--calls`` calls; the
-host side is not counted). ``default`` is what level 0 picks without the patch.
+host side is not counted) and by CUDA events around ``--calls`` back-to-back calls of
+the compiled graph (a CUDA-graph replay each: what a caller sees, launch included;
+``event us`` per call). ``default`` is what level 0 picks without the patch (set
+HIDET_FRAMEWORK_ATTENTION_MMA=1 and it is the ``mma`` form).
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ FORMS = {
     "tile4x256": {"rows": 4, "threads": 256, "k_order": "d"}, "tile8x256": {"rows": 8, "threads": 256, "k_order": "d"},
     "warp128": {"rows": 1, "threads": 128, "k_order": "d"}, "warp256": {"rows": 1, "threads": 256, "k_order": "d"},
     "warp64": {"rows": 1, "threads": 64, "k_order": "d"},
+    # the tensor-core form (cuda_attention_mma.py, opt-in): warps "auto" (level 0 with the
+    # env var), and 2 / 4 / 8 warps of 16 query rows
+    "mma": {"form": "mma", "warps": "auto"}, "mma2": {"form": "mma", "warps": 2},
+    "mma4": {"form": "mma", "warps": 4}, "mma8": {"form": "mma", "warps": 8},
 }
 
 
@@ -78,6 +85,17 @@ def kernel_us(torch, f, calls: int) -> float:
     return total / calls
 
 
+def event_us(torch, f, calls: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        f()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="bert,gpt2")
@@ -95,7 +113,7 @@ def main() -> int:
     cls = type(template)
     original = cls.space
     rng = np.random.default_rng(0)
-    print(f"{'shape':6} {'form':10} {'us/call':>8} {'err':>9} {'compile s':>9}")
+    print(f"{'shape':6} {'form':10} {'us/call':>8} {'event us':>8} {'err':>9} {'compile s':>9}")
     for shape in args.shapes.split(","):
         causal = shape == "gpt2"
         x = torch.from_numpy(rng.standard_normal((1, 128, 2304)).astype(np.float16)).cuda()
@@ -118,7 +136,9 @@ def main() -> int:
             err = float((out.float() - want).abs().max() / want.abs().max())
             fn(x)
             us = kernel_us(torch, lambda: fn(x), args.calls)
-            print(f"{shape:6} {form:10} {us:8.2f} {err:9.2e} {compile_s:9.2f}  launches={fn.num_launches}", flush=True)
+            ev = min(event_us(torch, lambda: fn(x), args.calls) for _ in range(3))
+            print(f"{shape:6} {form:10} {us:8.2f} {ev:8.2f} {err:9.2e} {compile_s:9.2f}  launches={fn.num_launches}",
+                  flush=True)
     return 0
 
 

@@ -176,6 +176,10 @@ def bench_model_cuda(path: str, batch: int, args: Any, started: float) -> dict:
     with torch.no_grad():
         impls["eager"] = lambda: mod16(*t16)
         if time.perf_counter() - started < args.budget_s:
+            # every model's module shares one `forward` code object, and dynamo keeps at most
+            # `recompile_limit` (8) compiled versions of it: past that it silently runs eager,
+            # which made the fifth model's torch.compile figures eager ones. Start each model clean.
+            torch._dynamo.reset()
             # reduce-overhead (the target's peer) first: the default mode may not fit the budget
             for mode, label in (("reduce-overhead", "inductor_cg"), (None, "inductor")):
                 if label not in args.peers.split(","):

@@ -20,7 +20,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--params", default="{}", help="JSON: the candidate's parameters (over the default)")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--template", default="auto", choices=("auto", "simt", "tensor_core", "wgmma", "hopper_ws"),
+    parser.add_argument("--template", default="auto",
+                        choices=("auto", "simt", "simt_splitk", "gemv", "skinny", "tensor_core", "wgmma", "hopper_ws"),
                         help="auto: SIMT for fp32, mma.sync tensor cores otherwise")
     args = parser.parse_args()
 
@@ -30,14 +31,18 @@ def main() -> None:
     from hidet_framework.runtime.compiled_task import compile_scheduled
     from hidet_plugin_matmul.cuda_simt import CudaSimtMatmul
     from hidet_plugin_matmul.cuda_tensor_core import CudaTensorCoreMatmul
+    from hidet_plugin_matmul.cuda_gemv import CudaGemvMatmul
+    from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
     from hidet_plugin_matmul.cuda_hopper_ws import CudaHopperWsMatmul
+    from hidet_plugin_matmul.cuda_splitk import CudaSimtSplitKMatmul
     from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
     from hidet_plugin_matmul.operators import matmul_task
 
     m, n, k = (int(x) for x in args.shape.split("x"))
     kind = args.template if args.template != "auto" else "simt" if args.dtype == "float32" else "tensor_core"
     template = {"simt": CudaSimtMatmul, "tensor_core": CudaTensorCoreMatmul, "wgmma": CudaWgmmaMatmul,
-                "hopper_ws": CudaHopperWsMatmul}[kind]()
+                "hopper_ws": CudaHopperWsMatmul, "simt_splitk": CudaSimtSplitKMatmul, "gemv": CudaGemvMatmul,
+                "skinny": CudaHopperSkinnyMatmul}[kind]()
     backend = CudaBackend()
     target = backend.detect_target()
     task, attributes = matmul_task((m, k), (k, n), args.dtype)

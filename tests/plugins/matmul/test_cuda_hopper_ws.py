@@ -409,11 +409,12 @@ def test_graph_launch_plan_reencodes_maps_for_new_buffers(hopper):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape", [(128, 3072, 768), (200, 264, 136)], ids=str)
+@pytest.mark.parametrize("shape", [(128, 768, 3072), (200, 264, 136)], ids=str)
 def test_level0_fused_bias_relu_on_the_gpu(hopper, shape, monkeypatch):
     """A compiled graph at space 0 with the opt-in model: it picks this template
     (checked), and the bias + relu consumers are grafted onto its staged epilogue's
-    element stores. Not yet run on a GPU (written after W1 of session 6)."""
+    element stores. Shapes where the opt-in model picks this template (for 128x3072x768,
+    m x k x n, it picks the tensor-core template: checked on the H200 in session 7)."""
     import os
 
     import hidet_framework as hf

@@ -41,7 +41,10 @@ per-row form for a stored K of a short sequence whose rows fill the GPU, else th
 form with the largest R that still gives every SM a block (from the target's SM
 count). A per-row form that gives each key to a warp (``rows`` 1, ``k_order`` "d",
 cuda_attention_warps.py) is built only when asked for explicitly: it is in no space
-and no default (not yet run on a GPU in its current form).
+and no default (not yet run on a GPU in its current form). The tensor-core form
+(``{"form": "mma"}``, cuda_attention_mma.py: float16 / bfloat16, D and Dv multiples of
+16 up to 128) is opt-in the same way, and with HIDET_FRAMEWORK_ATTENTION_MMA=1 it is
+level 0's choice and leads the spaces.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ from hidet_framework.schedule.template import Template
 
 from .attention import accumulator_dtype
 from .cpu_attention import kernel_operands
+from .cuda_attention_mma import eligible, enabled, mma_kernel
 from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
@@ -250,25 +254,31 @@ class CudaAttention(Template):
         return (int(attributes["n"]) + int(attributes["d"]) + 2 * 8) * width <= SHARED_LIMIT
 
     def space(self, target: Any, level: int) -> list[dict]:
+        mma = [{"form": "mma", "warps": w} for w in ("auto", 4, 8)] if enabled() else []  # opt-in (env)
         if level == 0:
-            return [{"rows": "auto", "threads": 128, "k_order": "d"}]
+            return mma[:1] or [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
-        return ([{"rows": "auto", "threads": 128, "k_order": "d"}] + [{"threads": t} for t in (128, 256, 64, 32)]
+        return (mma + [{"rows": "auto", "threads": 128, "k_order": "d"}] + [{"threads": t} for t in (128, 256, 64, 32)]
                 + tiled + [{"rows": 8, "threads": 128, "k_order": "j"}])
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
         candidate = dict(params)
-        if params.get("rows") == "auto":
-            params = {**params, **auto_form(task, attributes, target)}
-        threads = int(params["threads"])
-        rows = tile_rows(task, attributes, params.get("rows", 1), target)
-        if rows > 1:
-            fn = _tiled_kernel(task, attributes, threads, rows, params.get("k_order", "d"), name)
-        elif params.get("rows") == 1 and params.get("k_order") == "d":  # opt-in only: not in the space
-            fn = warp_kernel(task, attributes, threads, name)
+        if params.get("form") == "mma" and eligible(task, attributes):  # tensor cores (cuda_attention_mma.py)
+            fn = mma_kernel(task, attributes, params.get("warps", "auto"), target, name)
         else:
-            fn = _kernel(task, attributes, threads, name)
+            if params.get("form") == "mma":  # float32, D not a multiple of 16...: level 0's form
+                params = {"rows": "auto", "threads": 128, "k_order": "d"}
+            if params.get("rows") == "auto":
+                params = {**params, **auto_form(task, attributes, target)}
+            threads = int(params["threads"])
+            rows = tile_rows(task, attributes, params.get("rows", 1), target)
+            if rows > 1:
+                fn = _tiled_kernel(task, attributes, threads, rows, params.get("k_order", "d"), name)
+            elif params.get("rows") == 1 and params.get("k_order") == "d":  # opt-in only: not in the space
+                fn = warp_kernel(task, attributes, threads, name)
+            else:
+                fn = _kernel(task, attributes, threads, name)
         buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
         if attributes["mask_kind"] != "none":
             module = ir_module(name, [fn.ir])

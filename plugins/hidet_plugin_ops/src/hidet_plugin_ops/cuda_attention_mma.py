@@ -1,0 +1,250 @@
+"""``attention`` on CUDA with tensor cores (float16 / bfloat16, D and Dv multiples of 16,
+at most 128): the ``form`` "mma" of ``ops.attention_cuda``, an online-softmax kernel in
+the manner of FlashAttention-2 (our own code, mma.sync m16n8k16 from hidet_plugin_cuda.lang).
+
+    block (b, rows i0 .. i0+R-1), W warps, R = 16 W; warp w owns rows i0+16w .. i0+16w+15
+        qs[r, :]  = q[b, i0 + r, :]           element loads (task mapping over (R, D), D
+                                               fastest); rows past M repeat row M-1
+        for each tile of KT keys j0 .. j0+KT-1 (KT: all keys when they fit, KT = N_pad):
+            ks[jj, :] = kt[b, :, j0 + jj]     element loads, D fastest (the exported K^T is
+            vs[jj, :] = v[b, j0 + jj, :]      a transpose: coalesced); keys past N load
+                                               key N-1 (K) or 0 (V)
+            for each chunk of KC keys (64, or 32 when D or Dv > 64):
+                S  = Q K^T                    mma m16n8k16, fp32 accumulators in registers:
+                                               Q fragments by ldmatrix from qs, K by
+                                               ldmatrix (rows of ks are keys)
+                s  = logit(S)                 scale, mask (add / select, the mask read as
+                                               elements); keys past N -> -inf
+                m' = max(m, rowmax s)         each lane holds 2 rows (g, g+8); the row's 4
+                                               lanes (a quad) agree by 2 xor shuffles
+                O *= exp(m - m'); l *= exp(m - m'); p = exp(s - m'); l += p (per lane)
+                O += P V                      P rounded to the operand dtype and packed
+                                               (cvt.rn.f16x2 / bf16x2) straight from the S
+                                               accumulators into A fragments; V fragments
+                                               by ldmatrix.trans (rows of vs are keys)
+        l = quad sum of l; y[b, i, c] = O * (1 / l)   element stores, rows < M only
+                                               (0 for a NaN under zero_nan)
+
+m starts at the dtype's lowest finite value (as the other forms' row maximum), so a
+fully masked row has m = lowest, every p = exp(-inf) = 0, l = 0, y = 0 * inf = NaN, and
+zero_nan turns that into 0, the operator's meaning. Statistics and products accumulate
+in float32; the only rounding beyond the other forms' is P's to the operand dtype.
+Operands are read and the output written only as elements, so fusion grafts the head
+split and merge onto them as on the other forms.
+
+Shared rows are padded by 8 elements (16 bytes): the 8 row addresses of an ldmatrix
+phase then fall in 8 different bank groups. Shared memory is dynamic: the Q tile plus
+a KT-key tile of K and V, KT the largest multiple of KC that keeps a block within half
+an SM's shared memory (two blocks an SM; all of N for the usual sequence lengths).
+W (``warps``, "auto" by default) minimises waves x the element loads a thread makes
+(``(R D + N (D + Dv)) / (32 W)``: more warps share K and V's loads), at most
+the power of two that covers ceil(M / 16). The form is opt-in: built for the parameter ``{"form": "mma"}`` and, with
+``HIDET_FRAMEWORK_ATTENTION_MMA=1``, level 0's choice and in the tuning spaces;
+an ineligible task (float32, D not a multiple of 16) builds the level-0 form instead.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping
+
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.expr import TensorElement, cast, const, if_then_else, maximum, minimum
+from hidet_framework.ir.math_functions import exp
+from hidet_framework.ir.stmt import AsmStmt
+from hidet_framework.lang import f32, register_tensor, script, static_range, u32
+from hidet_framework.lang import attrs
+from hidet_framework.mapping.task_mapping import auto_map
+
+from .cpu_attention import kernel_operands
+
+__all__ = ["ENV", "enabled", "eligible", "plan", "mma_kernel"]
+
+ENV = "HIDET_FRAMEWORK_ATTENTION_MMA"
+WARPS = (8, 4, 2, 1)
+PAD = 8  # elements added to every shared row (16 bytes)
+
+
+def enabled() -> bool:
+    """Whether ``HIDET_FRAMEWORK_ATTENTION_MMA=1`` puts the form in level 0 and the spaces."""
+    return os.environ.get(ENV, "") == "1"
+
+
+def eligible(task: Any, attributes: Mapping[str, Any]) -> bool:
+    """float16 / bfloat16 operands, D and Dv multiples of 16 in [16, 128]."""
+    d, dv = int(attributes["d"]), int(attributes["dv"])
+    return (task.inputs[0].dtype in (dtypes.float16, dtypes.bfloat16)
+            and all(x % 16 == 0 and 16 <= x <= 128 for x in (d, dv)))
+
+
+def _props(target: Any):
+    return target.get if hasattr(target, "get") else (lambda key, default=None: default)
+
+
+def _layout(a: Mapping[str, Any], warps: int, budget: int) -> tuple[int, int, int]:
+    """(KC, KT, shared bytes) for W warps: KT keys resident, a multiple of KC."""
+    n, d, dv = (int(a[k]) for k in ("n", "d", "dv"))
+    kc = 64 if max(d, dv) <= 64 else 32
+    fixed, per_key = 16 * warps * (d + PAD) * 2, (d + dv + 2 * PAD) * 2
+    fit = max(kc, (budget - fixed) // per_key // kc * kc)
+    kt = min(-(-n // kc) * kc, fit)
+    return kc, kt, fixed + kt * per_key
+
+
+def plan(task: Any, a: Mapping[str, Any], warps: Any, target: Any) -> tuple[int, int, int, int]:
+    """(W, KC, KT, shared bytes) of a candidate's ``warps`` (an int, or "auto")."""
+    props = _props(target)
+    sms, on_chip = int(props("sm_count", 132)), int(props("smem_per_sm", 228 * 1024))
+    budget = on_chip // 2
+    m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
+    entries = math.prod(int(s) for s in a["batch"])
+    most = 1 << (-(-m // 16) - 1).bit_length()  # warps that cover M rows (a power of two)
+    if warps != "auto":
+        w = max(1, min(int(warps), most))
+        return (w, *_layout(a, w, budget))
+    best = None
+    for w in WARPS:
+        if w > most:
+            continue
+        kc, kt, smem = _layout(a, w, budget)
+        slots = sms * max(1, min(on_chip // smem, 64 // w))  # blocks resident at once
+        waves = -(-entries * -(-m // (16 * w)) // slots)
+        cost = waves * (16 * w * d + n * (d + dv)) / (32 * w)
+        if best is None or cost < best[0]:
+            best = (cost, (w, kc, kt, smem))
+    return best[1]
+
+
+def mma_kernel(task: Any, a: Mapping[str, Any], warps: Any, target: Any, name: str):
+    from hidet_plugin_cuda import lang as cu
+
+    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
+    ot = task.inputs[0].dtype
+    w, kc, kt, smem = plan(task, a, warps, target)
+    rows, threads = 16 * w, 32 * w
+    row_blocks, tiles = -(-m // rows), -(-n // kt)
+    mma = cu.mma_sync_m16n8k16_f16_f32 if ot is dtypes.float16 else cu.mma_sync_m16n8k16_bf16_f32
+    cvt = "f16x2" if ot is dtypes.float16 else "bf16x2"
+    dp, dvp = d + PAD, dv + PAD
+    q_map, k_map, v_map = (auto_map(r, c, workers=threads) for r, c in ((rows, d), (kt, d), (kt, dv)))
+    lowest, zero, ninf, one = const(ct.min_value(), ct), const(0.0, ct), const(float("-inf"), ct), const(1.0, ct)
+    part_rows, part_tile, part_chunk = m % rows != 0, n % kt != 0, n % kc != 0
+    fzero = const(0.0, ot)
+
+    def q_load(qx, b, i, c):  # rows past M: row M-1 again (never stored)
+        return qa.load(qx, b, minimum(i, m - 1) if part_rows else i, c, ot)
+
+    def chunks(t0):  # chunks of KC keys in tile t0 that hold a key < N
+        return kt // kc if tiles == 1 else minimum(kt // kc, (n - t0 * kt + kc - 1) / kc)
+
+    def kv_load(acc, x, b, j, c, key_first):
+        if not part_tile:
+            return acc.load(x, b, j, c, ot) if key_first else acc.load(x, b, c, j, ot)
+        jc = minimum(j, n - 1)
+        value = acc.load(x, b, jc, c, ot) if key_first else acc.load(x, b, c, jc, ot)
+        return if_then_else(j < n, value, fzero) if key_first else value  # V past N: 0 (p = 0 there)
+
+    def score(s, mk, b, i, j):
+        z = logit(s, mk, b, minimum(i, m - 1) if part_rows else i, minimum(j, n - 1) if part_chunk else j)
+        return if_then_else(j < n, z, ninf) if part_chunk else z
+
+    def mma_into(acc, i, a_frag, b_regs):  # acc[i, :] += A B, in place
+        regs = [TensorElement(acc, (const(i), const(e))) for e in range(4)]
+        return mma(regs, a_frag, b_regs, regs)
+
+    def pack(dst, lo, hi):  # two fp32 -> one b32 register of two halves, lo in bits 0..15
+        return AsmStmt(f"cvt.rn.{cvt}.f32 %0, %1, %2;", (("=r", dst),), (("f", hi), ("f", lo)), False, ())
+
+    @script
+    def attention_mma_cuda(qx: qt, kx: ktt, vx: vt, mk: mt, yx: yt):
+        attrs.func_kind = "cuda_kernel"
+        attrs.func_name = name
+        attrs.cuda.grid_dim = math.prod(batch) * row_blocks
+        attrs.cuda.block_dim = threads
+        attrs.cuda.dynamic_smem_bytes = smem
+        qs = cu.dynamic_shared_tensor(ot, [rows, dp], 0)
+        ks = cu.dynamic_shared_tensor(ot, [kt, dp], rows * dp * 2)
+        vs = cu.dynamic_shared_tensor(ot, [kt, dvp], (rows * dp + kt * dp) * 2)
+        qf = register_tensor(u32, [4])
+        kf = register_tensor(u32, [4])
+        vf = register_tensor(u32, [4])
+        pf = register_tensor(u32, [4])
+        sc = register_tensor(f32, [kc // 8, 4])
+        oc = register_tensor(f32, [dv // 8, 4])
+        top = register_tensor(f32, [2])
+        tot = register_tensor(f32, [2])
+        b = cu.blockIdx.x / row_blocks
+        i0 = cu.blockIdx.x % row_blocks * rows
+        tid = cu.threadIdx.x
+        wr = tid / 32 * 16  # the warp's first row in the block
+        lane = tid % 32
+        for r, c in q_map.on(tid):
+            qs[r, c] = q_load(qx, b, i0 + r, c)
+        for h in static_range(2):
+            top[h] = lowest
+            tot[h] = zero
+        for ni in static_range(dv // 8):
+            for e in static_range(4):
+                oc[ni, e] = zero
+        for t0 in range(tiles):
+            if tiles > 1:
+                cu.syncthreads()  # the previous tile's readers of ks and vs are done
+            for jj, c in k_map.on(tid):
+                ks[jj, c] = kv_load(ka, kx, b, t0 * kt + jj, c, False)
+            for jj, c in v_map.on(tid):
+                vs[jj, c] = kv_load(va, vx, b, t0 * kt + jj, c, True)
+            cu.syncthreads()
+            for c1 in range(chunks(t0)):
+                for ni in static_range(kc // 8):
+                    for e in static_range(4):
+                        sc[ni, e] = zero
+                for kk in static_range(d // 16):
+                    cu.ldmatrix_x4(qf, qs[wr + lane % 16, kk * 16 + lane / 16 * 8])
+                    for q2 in static_range(kc // 16):
+                        cu.ldmatrix_x4(kf, ks[c1 * kc + q2 * 16 + lane % 8 + lane / 16 * 8, kk * 16 + lane / 8 % 2 * 8])
+                        mma_into(sc, 2 * q2, qf, [kf[0], kf[1]])
+                        mma_into(sc, 2 * q2 + 1, qf, [kf[2], kf[3]])
+                for h in static_range(2):
+                    row = i0 + wr + lane / 4 + h * 8
+                    mx = top[h]
+                    for ni in static_range(kc // 8):
+                        for e in static_range(2):
+                            z = score(sc[ni, 2 * h + e], mk, b, row, t0 * kt + c1 * kc + ni * 8 + lane % 4 * 2 + e)
+                            sc[ni, 2 * h + e] = z
+                            mx = maximum(mx, z)
+                    mx = maximum(mx, cu.shfl_xor_sync(cu.FULL_MASK, mx, 1))
+                    mx = maximum(mx, cu.shfl_xor_sync(cu.FULL_MASK, mx, 2))
+                    alpha = exp(top[h] - mx)
+                    top[h] = mx
+                    tot[h] = tot[h] * alpha
+                    for ni in static_range(dv // 8):
+                        for e in static_range(2):
+                            oc[ni, 2 * h + e] = oc[ni, 2 * h + e] * alpha
+                    for ni in static_range(kc // 8):
+                        for e in static_range(2):
+                            p = exp(sc[ni, 2 * h + e] - mx)
+                            sc[ni, 2 * h + e] = p
+                            tot[h] = tot[h] + p
+                for kk in static_range(kc // 16):
+                    pack(pf[0], sc[2 * kk, 0], sc[2 * kk, 1])
+                    pack(pf[1], sc[2 * kk, 2], sc[2 * kk, 3])
+                    pack(pf[2], sc[2 * kk + 1, 0], sc[2 * kk + 1, 1])
+                    pack(pf[3], sc[2 * kk + 1, 2], sc[2 * kk + 1, 3])
+                    for q2 in static_range(dv // 16):
+                        cu.ldmatrix_x4(vf, vs[c1 * kc + kk * 16 + lane % 8 + lane / 8 % 2 * 8, q2 * 16 + lane / 16 * 8],
+                                       trans=True)
+                        mma_into(oc, 2 * q2, pf, [vf[0], vf[1]])
+                        mma_into(oc, 2 * q2 + 1, pf, [vf[2], vf[3]])
+        for h in static_range(2):
+            s = tot[h]
+            s = s + cu.shfl_xor_sync(cu.FULL_MASK, s, 1)
+            s = s + cu.shfl_xor_sync(cu.FULL_MASK, s, 2)
+            inv = one / s
+            row = i0 + wr + lane / 4 + h * 8
+            if not part_rows or row < m:
+                for ni in static_range(dv // 8):
+                    for e in static_range(2):
+                        yx[ya.index(b, row, ni * 8 + lane % 4 * 2 + e)] = cast(probability(oc[ni, 2 * h + e], inv),
+                                                                              yt.dtype)
+
+    return attention_mma_cuda
