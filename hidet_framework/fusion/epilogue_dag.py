@@ -15,7 +15,8 @@ outputs, an intermediate of the DAG that is a graph output or read twice, a DAG 
 does not reconverge within ``MAX_OPERATORS`` operators, and a composed task that reads
 `x` at an index other than the output's (a broadcast, a transpose inside the DAG).
 
-Opt-in until it has run on the GPU: ``HIDET_FRAMEWORK_FUSE_MULTIUSE=1``.
+On by default on cpu and the evaluator; on cuda opt-in until it has run on the GPU:
+``HIDET_FRAMEWORK_FUSE_MULTIUSE=1`` (``=0`` turns it off everywhere).
 """
 from __future__ import annotations
 
@@ -35,8 +36,18 @@ DAG_ATTRIBUTE = "fusion.epilogue_dag"  # the member's attributes: the names of t
 MAX_OPERATORS = 16
 
 
-def multiuse_enabled() -> bool:
-    return os.environ.get(ENV_FUSE_MULTIUSE, "").strip().lower() in {"1", "true", "yes", "on"}
+# where the DAGs are on by default: measured there (cpu: docs/perf_notes.md, gpumodels, session 7);
+# on cuda they wait for a GPU run (the project's rule for GPU code), HIDET_FRAMEWORK_FUSE_MULTIUSE=1 opts in
+DEFAULT_TARGETS = ("cpu", "evaluator")
+
+
+def multiuse_enabled(target: str | None = None) -> bool:
+    """HIDET_FRAMEWORK_FUSE_MULTIUSE=1 (or 0) turns the DAGs on (off) for every target;
+    unset, they are on for the targets of DEFAULT_TARGETS."""
+    value = os.environ.get(ENV_FUSE_MULTIUSE, "").strip().lower()
+    if value:
+        return value in {"1", "true", "yes", "on"}
+    return target in DEFAULT_TARGETS
 
 
 def _reads_of(task: Task, index: int) -> int:

@@ -18,7 +18,11 @@ Rules, in this order (an operator joins at most one group):
    operator: a prologue needs only injectivity, so broadcasts, slices and trees fuse.)
 
 An edge is fused only when the tensor on it has exactly one use and is not a graph
-output: a tensor read twice or returned must be written to memory anyway. These rules
+output: a tensor read twice or returned must be written to memory anyway. One
+exception on the epilogue side (``epilogue_dag.py``; by default on cpu and the
+evaluator): a value whose readers reconverge at one operator (GELU reads its input
+three times) joins the chain as one member, the readers composed, when that composed
+consumer passes the same bijection check. These rules
 need no knowledge of the anchor's kernel; a template that cannot take a graft is found
 when the driver grafts, and that group then runs as separate kernels.
 """
@@ -59,7 +63,7 @@ def _why_not_joined(op: Operator) -> str:
 
 
 class _Partition:
-    def __init__(self, graph: FlowGraph) -> None:
+    def __init__(self, graph: FlowGraph, target: str | None = None) -> None:
         self.graph = graph
         self.uses: dict[int, list[tuple[Operator, int]]] = {}
         for op in graph.nodes:
@@ -70,7 +74,7 @@ class _Partition:
         self.groups: list[dict] = []
         self.boundaries: list[list[str]] = []  # per group: why a neighbour stayed out (fusion_report)
         self.position = {id(op): k for k, op in enumerate(graph.nodes)}
-        self.multiuse = multiuse_enabled()
+        self.multiuse = multiuse_enabled(target)
 
     def _single_use(self, t: Tensor) -> bool:
         return t.uid not in self.returned and len(self.uses.get(t.uid, ())) == 1
@@ -116,7 +120,7 @@ class _Partition:
             current = consumer
 
     def _epilogue_dag(self, t: Tensor) -> tuple[EpilogueDag | None, str]:
-        """The readers of `t` as one epilogue (epilogue_dag.py), opt-in."""
+        """The readers of `t` as one epilogue (epilogue_dag.py; by target, or the switch)."""
         if not self.multiuse:
             return None, ""
         return find_epilogue_dag(t, self.uses, self.returned, self.position,
@@ -183,7 +187,7 @@ def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup,
 
 def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = None) -> FlowGraph:
     ctx = ctx or GraphPassContext()
-    partition = _Partition(graph)
+    partition = _Partition(graph, ctx.target)
     partition.run()
     position = partition.position  # graph order, and each epilogue DAG at its sink's place
     last_member: dict[int, int] = {}  # group index -> position of its last member

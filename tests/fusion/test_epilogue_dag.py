@@ -1,4 +1,5 @@
-"""Multi-use epilogues (``fusion/epilogue_dag.py``, opt-in HIDET_FRAMEWORK_FUSE_MULTIUSE=1):
+"""Multi-use epilogues (``fusion/epilogue_dag.py``; on by default on cpu and the evaluator,
+opt-in on cuda with HIDET_FRAMEWORK_FUSE_MULTIUSE=1):
 a value read by several elementwise operators that reconverge at one joins the
 anchor's epilogue as one member; what must stay apart stays apart, with the reason.
 
@@ -72,12 +73,26 @@ def test_gelu_after_matmul_is_one_kernel(form, target, fx, rng, multiuse):
     assert row.operators.endswith(" -> reshape") and fused.num_launches == 1 < unfused.num_launches
 
 
-def test_without_the_switch_the_readers_stay_a_separate_kernel(fx, rng, monkeypatch):
-    monkeypatch.delenv(ENV_FUSE_MULTIUSE, raising=False)
+def test_switched_off_the_readers_stay_a_separate_kernel(fx, rng, monkeypatch):
+    monkeypatch.setenv(ENV_FUSE_MULTIUSE, "0")
     fx.need_ops("matmul", "add", "mul", "pow", "tanh", "reshape")
     x, w, b, y = _mlp_up(rng, gelu_tanh)
     fused, _ = fx.check("evaluator", [y], [x], lambda xv: [gelu_tanh_np(xv @ w.storage + b.storage).reshape(-1)], rng)
     assert fused.num_launches == 2 and "stored after add: it is read 3 times" in fused.fusion_report()[0].reason
+
+
+@pytest.mark.parametrize("target,joined", [("cpu", True), ("evaluator", True), ("cuda", False), (None, False)])
+def test_by_default_on_for_the_measured_targets_only(target, joined, fx, rng, monkeypatch):
+    """cuda waits for a GPU run (the project's rule): the partition, run offline for each target."""
+    from hidet_framework.fusion import FUSION_PASSES, GROUP_ATTRIBUTE
+    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+
+    monkeypatch.delenv(ENV_FUSE_MULTIUSE, raising=False)
+    fx.need_ops("matmul", "add", "mul", "pow", "tanh", "reshape")
+    x, _, _, y = _mlp_up(rng, gelu_tanh)
+    graph = run_graph_passes(hf.trace([y], inputs=[x]), GraphPassContext(target=target), GRAPH_PASSES + FUSION_PASSES)
+    groups = [op.attributes[GROUP_ATTRIBUTE].describe() for op in graph.nodes if GROUP_ATTRIBUTE in op.attributes]
+    assert (groups == ["[matmul] -> add -> mul_pow_mul_add_mul_tanh_add_mul -> reshape"]) == joined, groups
 
 
 def test_one_reader_reading_twice_joins(fx, rng, multiuse):
@@ -147,7 +162,7 @@ def test_a_consumer_reading_the_transposed_element_too_stays_apart(fx, rng, monk
     from hidet_framework.compute import Task, compute, tensor_input
     from hidet_framework.graph import Operator
 
-    monkeypatch.delenv(ENV_FUSE_MULTIUSE, raising=False)
+    monkeypatch.setenv(ENV_FUSE_MULTIUSE, "0")
     fx.need_ops("matmul")
     a, bm = hf.symbol((6, 4)), hf.symbol((4, 6))
     mm = hf.ops.matmul(a, bm)
