@@ -50,8 +50,8 @@ def plan(path: str, show_groups: bool, dump: str = "", prefix: str = "") -> int:
             anchor = group.anchor_member
             what = group.describe()
             try:
-                st, _ = task_compiler.schedule(anchor.task, anchor.name, target, 0, group.anchor_attributes())
-                parts = [task_compiler.fuse_group(st, group)]
+                parts = [task_compiler.fuse_anchor(
+                    lambda attributes: task_compiler.schedule(anchor.task, anchor.name, target, 0, attributes)[0], group)]
             except FusionError as exc:
                 what += f"  (separate: {exc})"
                 parts = [task_compiler.schedule(m.task, m.name, target, 0, dict(m.attributes))[0]

@@ -19,10 +19,13 @@ def _key(source: Source) -> tuple:
     return ("input", source.index) if source.kind == "input" else ("member", source.index, 0)
 
 
-def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup) -> ScheduledTask:
+def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup, views: bool = True) -> ScheduledTask:
     """The anchor's kernels with the group's producers and consumers grafted in.
 
-    :param anchor_scheduled: the anchor task's schedule, over its own inputs/outputs.
+    :param anchor_scheduled: the anchor task's schedule, over its own inputs/outputs,
+        built with ``group.anchor_attributes(views)``.
+    :param views: rename the buffer for views that end the chain (``view_epilogue``)
+        rather than graft them.
     :returns: a ScheduledTask over the group's inputs (``group.num_inputs``) and
         outputs (``group.outputs``).
     :raises FusionError: a graft is impossible (the caller runs the members apart).
@@ -32,7 +35,7 @@ def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup) -> Scheduled
                          [("member", group.anchor, o) for o in range(len(anchor.task.outputs))])
     for j, member in reversed(group.members_in("prologue")):
         graft_producer(kernel, ("member", j, 0), member.task, [_key(s) for s in member.sources])
-    tail = view_tail(group)
+    tail = view_tail(group) if views else []
     for j, member in group.members_in("epilogue"):
         if j in tail:  # a view: its output is the buffer stored already, under another shape
             (source,) = member.sources
@@ -47,3 +50,4 @@ def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup) -> Scheduled
     inputs = [("input", k) for k in range(group.num_inputs)]
     outputs = [("member", j, o) for j, o in group.outputs]
     return kernel.to_scheduled(inputs, outputs, name=f"fused_{kernel.name}")
+

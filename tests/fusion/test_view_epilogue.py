@@ -6,6 +6,8 @@ the output buffer; anything else after the anchor keeps the graftable kernel.
 Fused and unfused run against float64 numpy (``fx.check``)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,29 @@ def test_matmul_then_reshape_and_unsqueeze(target, fx, rng, views):
     (group,) = _groups(fused)
     assert view_tail(group) == [1, 2] and ANCHOR_ATTRIBUTE not in group.anchor_attributes()
     assert fused.num_launches == 1
+
+
+def test_a_lone_kernel_that_cannot_be_renamed_falls_back_to_the_graft(fx, rng, views, monkeypatch):
+    """(Forced here: the rename refused.) The group is still one kernel: the graftable
+    one, the views grafted onto its stores."""
+    from hidet_framework.driver import clear_task_cache
+    from hidet_framework.fusion import FusionError
+    fuse_group_module = sys.modules["hidet_framework.fusion.fuse_group"]  # (the package exports the function)
+
+    def refuse(*args):
+        raise FusionError("refused by the test")
+
+    fx.need_ops("matmul", "reshape")
+    clear_task_cache()
+    monkeypatch.setattr(fuse_group_module, "rename_buffer", refuse)
+    a, bm = hf.symbol((6, 5), "float32"), hf.symbol((5, 10), "float32")
+    try:
+        fused, _ = fx.check("cpu", [hf.ops.reshape(hf.ops.matmul(a, bm), [60])], [a, bm],
+                            lambda av, bv: [(av @ bv).reshape(60)], rng)
+    finally:
+        clear_task_cache()
+    (row,) = fused.fusion_report()
+    assert row.status == "fused" and row.launches == fused.num_launches == 1, row
 
 
 # after the anchor: (graph, numpy) where something is grafted, so the kernel stays graftable
