@@ -33,7 +33,7 @@ from hidet_framework.ir.functors import IRRewriter
 from hidet_framework.ir.stmt import BufferStoreStmt
 
 ENV_VIEW_EPILOGUE = "HIDET_FRAMEWORK_VIEW_EPILOGUE"
-MAX_ELEMENTS = 1 << 24  # the check evaluates one index per element
+MAX_ELEMENTS = 1 << 26  # the check evaluates one index per element (in chunks)
 
 
 def view_epilogue_enabled() -> bool:
@@ -66,7 +66,19 @@ def _index_values(e: Expr, env: dict) -> Any:
 
 
 def is_flat_view(task: Task) -> bool:
-    """Whether `task`'s output is its input's elements in the same row-major order."""
+    """Whether `task`'s output is its input's elements in the same row-major order
+    (memoized by the task's fingerprint)."""
+    key = task.fingerprint()
+    if key not in _VIEWS:
+        _VIEWS[key] = _is_flat_view(task)
+    return _VIEWS[key]
+
+
+_VIEWS: dict[str, bool] = {}
+CHUNK = 1 << 20  # output positions evaluated at once (memory: a few arrays of this many int64)
+
+
+def _is_flat_view(task: Task) -> bool:
     if len(task.inputs) != 1 or len(task.outputs) != 1:
         return False
     inp, out = task.inputs[0], task.outputs[0]
@@ -83,19 +95,22 @@ def is_flat_view(task: Task) -> bool:
     if not isinstance(value, TensorElement) or value.base is not inp or len(value.indices) != len(in_shape):
         return False
     axes = out.definition.axes
-    grids = np.indices(out_shape, dtype=np.int64).reshape(len(out_shape), -1) if out_shape else \
-        np.zeros((0, 1), np.int64)
-    env = dict(zip(axes, grids))
-    flat = np.zeros(n, np.int64)
-    for index, extent in zip(value.indices, in_shape):
-        got = _index_values(index, env)
-        if got is None:
+    for start in range(0, n, CHUNK):
+        positions = np.arange(start, min(n, start + CHUNK), dtype=np.int64)
+        grids = np.unravel_index(positions, out_shape) if out_shape else ()
+        env = dict(zip(axes, (np.asarray(g, np.int64) for g in grids)))
+        flat = np.zeros(len(positions), np.int64)
+        for index, extent in zip(value.indices, in_shape):
+            got = _index_values(index, env)
+            if got is None:
+                return False
+            got = np.broadcast_to(np.asarray(got, np.int64), flat.shape)
+            if np.any(got < 0) or np.any(got >= extent):
+                return False
+            flat = flat * extent + got
+        if not np.array_equal(flat, positions):
             return False
-        got = np.broadcast_to(np.asarray(got, np.int64), (n,))
-        if np.any(got < 0) or np.any(got >= extent):
-            return False
-        flat = flat * extent + got
-    return bool(np.array_equal(flat, np.arange(n, dtype=np.int64)))
+    return True
 
 
 def view_tail(group: Any) -> list[int]:
