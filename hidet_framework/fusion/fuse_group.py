@@ -50,4 +50,3 @@ def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup, views: bool 
     inputs = [("input", k) for k in range(group.num_inputs)]
     outputs = [("member", j, o) for j, o in group.outputs]
     return kernel.to_scheduled(inputs, outputs, name=f"fused_{kernel.name}")
-
