@@ -15,8 +15,9 @@ against torch in float32 (max |ours - ref| / max |ref|), and timed
 by the profiler (CUPTI kernel time per call, the mean over ``--calls`` calls; the
 host side is not counted) and by CUDA events around ``--calls`` back-to-back calls of
 the compiled graph (a CUDA-graph replay each: what a caller sees, launch included;
-``event us`` per call). ``default`` is what level 0 picks without the patch (set
-HIDET_FRAMEWORK_ATTENTION_MMA=1 and it is the ``mma`` form).
+``event us`` per call; host-bound at these sizes: ~20 us whatever the kernel). ``default``
+is what level 0 picks without the patch: the ``mma`` form (``scalar0`` is the scalar
+forms' level 0, the default before it, and HIDET_FRAMEWORK_ATTENTION_MMA=0's).
 """
 from __future__ import annotations
 
@@ -29,15 +30,15 @@ import time
 import numpy as np
 
 FORMS = {
-    "default": None,
+    "default": None, "scalar0": {"rows": "auto", "threads": 128, "k_order": "d"},
     "row64": {"threads": 64}, "row128": {"threads": 128}, "row256": {"threads": 256},
     "tile2": {"rows": 2, "threads": 128, "k_order": "d"}, "tile4": {"rows": 4, "threads": 128, "k_order": "d"},
     "tile8": {"rows": 8, "threads": 128, "k_order": "d"}, "tile16": {"rows": 16, "threads": 128, "k_order": "d"},
     "tile4x256": {"rows": 4, "threads": 256, "k_order": "d"}, "tile8x256": {"rows": 8, "threads": 256, "k_order": "d"},
     "warp128": {"rows": 1, "threads": 128, "k_order": "d"}, "warp256": {"rows": 1, "threads": 256, "k_order": "d"},
     "warp64": {"rows": 1, "threads": 64, "k_order": "d"},
-    # the tensor-core form (cuda_attention_mma.py, opt-in): warps "auto" (level 0 with the
-    # env var), and 2 / 4 / 8 warps of 16 query rows
+    # the tensor-core form (cuda_attention_mma.py): warps "auto" (level 0), and 2 / 4 / 8
+    # warps of 16 query rows
     "mma": {"form": "mma", "warps": "auto"}, "mma2": {"form": "mma", "warps": 2},
     "mma4": {"form": "mma", "warps": 4}, "mma8": {"form": "mma", "warps": 8},
 }

@@ -26,9 +26,8 @@ twice), so it measures what fusion removes: intermediates written by one kernel 
 read back by the next. Listed under each model: the operators that are still their own
 kernel in ``fused`` (status ``single``, or a group whose graft fell back, ``separate``)
 with the reason the report gives. Also the max relative error against onnxruntime (CPU provider)
-on the same inputs (``max |ours - ort| / max |ort|``). The rules are turned off by
-registering, for the one compile, a rule of the same name at a higher priority that
-matches nothing (the registry's documented override).
+on the same inputs (``max |ours - ort| / max |ort|``). The rules are turned off for
+the one compile by ``hidet_framework.extension.rules_off`` (docs/plugins.md).
 
 ``--attention-timing`` instead times BERT-base's attention block alone (12 heads,
 sequence 128, head size 64, in the exported form) with the attention rule on (one
@@ -72,43 +71,11 @@ def traffic(fn) -> tuple[int, int]:
     return len(launches), sum(_buffer_bytes(a) for _, args in launches for a in args)
 
 
-class _RulesOff:
-    """A plugin that overrides the named rewrite rules with rules matching nothing."""
-
-    def __init__(self, names) -> None:
-        self.names = tuple(names)
-
-    def plugin(self):
-        import attrs
-
-        from hidet_framework.extension import hookimpl, points
-
-        @attrs.frozen
-        class Off:
-            name: str
-            op_names: tuple = ()
-            point: str = points.GRAPH_REWRITE
-
-            def rewrite(self, op):
-                return None
-
-        names = self.names
-
-        class Plugin:
-            @staticmethod
-            @hookimpl
-            def register_passes(register):
-                for name in names:
-                    register(name, Off(name), priority=100)
-
-        return Plugin
-
-
 def measure(path: str, target: str, check: bool, configs=tuple(CONFIGS)) -> dict:
     import numpy as np
 
     import hidet_framework as hf
-    from hidet_framework.extension import temporary_plugin
+    from hidet_framework.extension import rules_off
 
     row: dict = {"model": os.path.basename(path)[:-5]}
     graph = hf.load(path)
@@ -124,10 +91,7 @@ def measure(path: str, target: str, check: bool, configs=tuple(CONFIGS)) -> dict
         if label not in configs:
             continue
         try:
-            if off:
-                with temporary_plugin(_RulesOff(off).plugin(), name="bench_fusion_rules_off"):
-                    fn = hf.compile(graph, target=target, fusion=fusion)
-            else:
+            with rules_off(*off):
                 fn = hf.compile(graph, target=target, fusion=fusion)
         except Exception as exc:  # a model that does not compile is a result
             row[label] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
@@ -161,7 +125,7 @@ def time_attention(target: str, rounds: int = 15) -> None:
     import numpy as np
 
     import hidet_framework as hf
-    from hidet_framework.extension import temporary_plugin
+    from hidet_framework.extension import rules_off
 
     rng = np.random.default_rng(0)
     h, s, d = 12, 128, 64
@@ -175,7 +139,7 @@ def time_attention(target: str, rounds: int = 15) -> None:
     y = hf.ops.matmul(hf.ops.where(hf.ops.isnan(p), hf.constant(np.float32(0)), p), v)
     graph = hf.trace(y, inputs=[q, k, v])
     on = hf.compile(graph, target=target)
-    with temporary_plugin(_RulesOff(["fuse_attention"]).plugin(), name="bench_fusion_rules_off"):
+    with rules_off("fuse_attention"):
         off = hf.compile(graph, target=target)
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (q, k, v)]
     err = float(np.max(np.abs(on(*arrays) - off(*arrays))))

@@ -11,16 +11,13 @@ float64 numpy on fresh inputs (odd and prime sizes; on cpu the outputs are poiso
 first), and the launches are counted with the rule on and off."""
 from __future__ import annotations
 
-import contextlib
-
-import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.extension import hookimpl, points, temporary_plugin
+from hidet_framework.extension import points, rules_off
 from hidet_framework.fusion import FUSION_PASSES
 from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
 
@@ -30,30 +27,6 @@ M, K = 13, 24  # odd rows; widths below are primes
 
 def _w(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32) * 0.2
-
-
-@contextlib.contextmanager
-def rules_off(*names):
-    """The named rules replaced, for the block, by rules that never fire (the registry's
-    documented override: the same name at a higher priority)."""
-    @attrs.frozen
-    class Off:
-        name: str
-        op_names: tuple = ()
-        point: str = points.GRAPH_REWRITE
-
-        def rewrite(self, op):
-            return None
-
-    class Plugin:
-        @staticmethod
-        @hookimpl
-        def register_passes(register):
-            for name in names:
-                register(name, Off(name), priority=100)
-
-    with temporary_plugin(Plugin):
-        yield
 
 
 def _passes(outputs, inputs):

@@ -5,7 +5,8 @@
   `time_launches` when it has one and `CompiledTask.time` otherwise; `time_launches`
   against a simulated GPU (a host that pays per launch, a GPU that runs queued work and
   timestamps events when it reaches them) reports the kernels' time, where events
-  around Python launches report the host's; a failing first run is raised, not timed;
+  around Python launches report the host's; it warms up at least once, even when asked
+  for no warm-up; a failing first run is raised, not timed;
 - GPU (``cuda``): `CudaDevice.time_launches` really runs a candidate's launches
   (single and split-K), the output checked against float64 after timing.
 """
@@ -70,6 +71,7 @@ def test_the_drivers_measure_times_through_device_seconds():
             return ("out", tuple(shape))
 
         def time_launches(self, launches, *, warmup, repeat):
+            self.seen = (warmup, repeat)
             return [3e-6] * repeat
 
     class Target:
@@ -81,7 +83,8 @@ def test_the_drivers_measure_times_through_device_seconds():
 
     task, _ = matmul_task((3, 5), (5, 7), "float16")
     _, measure = tuner_hooks(task, Target())
-    assert measure("scheduled", 5, ("module", "artifact")) == [3e-6] * 5
+    assert measure("scheduled", 3, ("module", "artifact")) == [3e-6] * 3
+    assert Target.device.seen == (1, 3)  # the tuner's repeat count reaches the device's timer
 
 
 class _Gpu:
@@ -167,6 +170,15 @@ def test_time_launches_keeps_long_kernels_in_one_repetition():
     times = time_launches(gpu, [("k", ())], warmup=2, repeat=3, plan_type=gpu.Plan, event_type=gpu.Event)
     assert times == pytest.approx([301e-6] * 3)
     assert gpu.plans == [launch_timing.PROBE]  # no second graph: the probe's replay is long enough
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_time_launches_warms_up_at_least_once(warmup):
+    # warm-up replays (at least one: module loads happen there), the probe's timed one,
+    # the untimed one, then `repeat` timed ones; the probe's graph is long enough here
+    gpu = _Gpu(host_s=15e-6, kernel_s=300e-6)
+    time_launches(gpu, [("k", ())], warmup=warmup, repeat=3, plan_type=gpu.Plan, event_type=gpu.Event)
+    assert gpu.replays == max(1, warmup) + 1 + 1 + 3
 
 
 def test_time_launches_raises_when_the_launches_fail():

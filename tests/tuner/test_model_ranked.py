@@ -61,6 +61,9 @@ def test_no_model_a_failing_model_and_level1_keep_the_whole_space():
     assert len(candidates_of([Modelled("f", n, failing)], TARGET, 2, _task(), {})) == n
     assert len(candidates_of([Modelled("m", n, float)], TARGET, 1, _task(), {})) == n
     assert len(candidates_of([Modelled("m", n, float)], TARGET, 2, None, {})) == n  # no task: nothing to price
+    # an estimate that is not a number of seconds (a bool, a string) is no model either
+    assert len(candidates_of([Modelled("b", n, lambda tile: tile != 3)], TARGET, 2, _task(), {})) == n
+    assert len(candidates_of([Modelled("s", n, lambda tile: "fast")], TARGET, 2, _task(), {})) == n
 
 
 def test_each_template_is_ranked_on_its_own():

@@ -17,6 +17,9 @@ A rule is an object registered through ``register_passes`` with
   `uses` (a `GraphUses`) tells who reads a tensor (a horizontal rule looks for the
   siblings of `op` that read the same input).
 
+``extension.RewriteRule`` is the descriptor holding these attributes; rules switched
+off by name (``extension.rules_off``) are left out of the registered ones.
+
 Rules are tried in registration order; the first that answers wins for that operator.
 A round visits every operator once (inputs already rewritten, so rules see the current
 graph); rounds repeat until none fires, at most ``ctx.max_rewrite_rounds`` times — two
@@ -41,9 +44,12 @@ class GraphRewriteError(ValueError):
 
 
 def registered_rules() -> list[Any]:
-    from hidet_framework.extension import plugin_host
+    """The rules plugins registered at the rewrite point, in registration order, less
+    those `extension.rules_off` switched off here."""
+    from hidet_framework.extension import plugin_host, rules_switched_off
 
-    return list(plugin_host().passes.passes_at(REWRITE_POINT))
+    passes, off = plugin_host().passes, rules_switched_off()
+    return [rule for name, rule in passes.items() if rule.point == REWRITE_POINT and name not in off]
 
 
 def _rule_name(rule: Any) -> str:

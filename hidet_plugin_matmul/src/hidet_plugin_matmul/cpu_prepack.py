@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import attrs
-
 from hidet_framework.compute import Task, compute, reduce, tensor_input
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import const, if_then_else
@@ -126,16 +125,6 @@ def prepack_constant_b(op: Operator) -> list[Tensor] | None:
     return [out]
 
 
-@attrs.frozen
-class PrepackRule:
-    """A graph rewrite rule in the core engine's protocol (rewrite_patterns.py)."""
-
-    name: str = "prepack_constant_b"
-    op_names: tuple = ("matmul",)
-    rewrite: Callable = prepack_constant_b
-    point: str = "graph_rewrite"
-    targets: tuple = ("cpu",)
-    description: str = f"matmul with <= {MAX_ROWS} rows and constant B: B packed once at compile time (CPU)"
-
-
-PREPACK_RULE = PrepackRule()
+PREPACK_RULE = RewriteRule(
+    "prepack_constant_b", ("matmul",), prepack_constant_b, targets=("cpu",),
+    description=f"matmul with <= {MAX_ROWS} rows and constant B: B packed once at compile time (CPU)")

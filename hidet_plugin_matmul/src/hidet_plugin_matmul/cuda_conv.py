@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-import attrs
-
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, ShapeError, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
@@ -209,17 +208,6 @@ def conv2d_to_igemm(op: Operator) -> list[Tensor] | None:
     return [y]
 
 
-@attrs.frozen
-class ConvIgemmRule:
-    """A graph rewrite rule in the core engine's protocol (rewrite_patterns.py)."""
-
-    name: str = "conv2d_implicit_gemm_cuda"
-    op_names: tuple = ("conv2d",)
-    rewrite: Callable = conv2d_to_igemm
-    point: str = "graph_rewrite"
-    targets: tuple = ("cuda",)
-    phase: int = 1
-    description: str = "fp16/bf16 conv2d as one implicit-GEMM tensor-core kernel (no im2col tensor) on cuda"
-
-
-CONV_IGEMM_RULE = ConvIgemmRule()
+CONV_IGEMM_RULE = RewriteRule(
+    "conv2d_implicit_gemm_cuda", ("conv2d",), conv2d_to_igemm, targets=("cuda",),
+    description="fp16/bf16 conv2d as one implicit-GEMM tensor-core kernel (no im2col tensor) on cuda")

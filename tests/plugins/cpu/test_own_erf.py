@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir.math_functions import erf, exp
-from hidet_framework.lang import attrs, f32, i32, parallel, script, script_module
-from hidet_framework.lowering.pipeline import lower
+from hidet_framework.lang import attrs, f32, i32, parallel, script
 from hidet_plugin_cpu import vector_math
-from hidet_plugin_cpu.codegen import generate
 
-from .test_vector_math import _prime_length, float_range_sample, ulp_error
+from .own_math import ISAS, build, check_defined_only_where_called, check_ulp_sweep, coefficients, run
 
 
 @script
@@ -40,34 +38,15 @@ def no_erf_k(n: i32, a: f32[n], c: f32[n]):
 _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 
 
-def _build(cpu_backend, isa, monkeypatch):
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
-    module = lower(script_module(own_erf_k, name=f"own_erf_{isa}"), "cpu")
-    return generate(module), cpu_backend.compile(module)
-
-
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 def test_ulp_bound_and_special_values(cpu_backend, rng, isa, monkeypatch):
-    source, library = _build(cpu_backend, isa, monkeypatch)
+    source, library = build(own_erf_k, "own_erf", cpu_backend, isa, monkeypatch)
     assert "static inline float hidet_erff(float x)" in source and "hidet_erff(a[" in source
-    a = _prime_length(np.concatenate([float_range_sample(rng),
-                                      rng.uniform(-4.5, 4.5, 200_000).astype(np.float32),   # where erf bends
-                                      np.linspace(3.0, 4.0, 50_001, dtype=np.float32)]))     # the worst region
-    c = np.full_like(a, np.nan)
-    library["own_erf_k"](len(a), a, c)
-    want = _erf64(a.astype(np.float64))
-    err = ulp_error(c, want)
-    worst = int(np.argmax(err))
-    bound = vector_math.ULP_BOUNDS["erf"]
-    assert err[worst] <= bound, f"erf({a[worst]!r}) = {c[worst]!r}, float64 says {want[worst]!r}: {err[worst]:.3g} ULP"
-    assert np.mean(err[np.isfinite(err)]) < 1.0          # typical results are within rounding
+    # where erf bends, and the worst region
+    check_ulp_sweep(library, "own_erf_k", "erf", _erf64, rng, bends=4.5, worst=(3.0, 4.0, 50_001))
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0 ** -149, -(2.0 ** -149), 1e-30, 3.92, 1e30, -1e30],
                        np.float32)
-    out = np.full_like(special, 7.0)
-    library["own_erf_k"](len(special), special, out)
+    out = run(library, "own_erf_k", special, poison=7.0)
     assert np.isnan(out[0])
     assert out[1] == 1.0 and out[2] == -1.0 and out[8] == 1.0 and out[9] == 1.0 and out[10] == -1.0
     assert out[3] == 0.0 and not np.signbit(out[3]) and out[4] == 0.0 and np.signbit(out[4])
@@ -76,20 +55,16 @@ def test_ulp_bound_and_special_values(cpu_backend, rng, isa, monkeypatch):
 
 
 def test_definition_only_where_erf_is_called():
-    with_erf = generate(lower(script_module(own_erf_k, name="with_erf"), "cpu"))
-    without = generate(lower(script_module(no_erf_k, name="without_erf"), "cpu"))
-    assert with_erf.count("static inline float hidet_erff(float x)") == 1
-    assert "hidet_erff" not in without and "hidet_erf(" not in without
-    assert vector_math.place_own_functions(without) == without
-    # placed before the prototypes, after the includes it needs
-    assert with_erf.index("#include <math.h>") < with_erf.index("hidet_erff(float x)") < with_erf.index(
-        "/* prototypes */")
+    _, without = check_defined_only_where_called(own_erf_k, no_erf_k, "static inline float hidet_erff(float x)")
+    assert "hidet_erf(" not in without
+    assert vector_math.place_own_functions(without) == without  # other generated sources keep their bytes
 
 
 def test_coefficients_are_what_the_docstring_describes():
     """P(0) = 2/sqrt(pi) (erf'(0)), Q(0) = 1; every coefficient positive (Horner adds
     no cancellation for t^2 >= 0)."""
-    p = [float(c.rstrip("f")) for c in vector_math.ERF_P]
-    q = [float(c.rstrip("f")) for c in vector_math.ERF_Q]
+    p, q = coefficients(vector_math.ERF_P), coefficients(vector_math.ERF_Q)
     assert abs(p[0] - 2 / math.sqrt(math.pi)) < 1e-7 and q[0] == 1.0
     assert min(p) > 0 and min(q) > 0 and len(p) == len(q) == 6
+    # the bound the generated source states is the one the sweep holds it to
+    assert f"vector_math.py: {vector_math.ULP_BOUNDS['erf']:g} ULP */" in vector_math.OWN_FUNCTIONS["hidet_erff"]

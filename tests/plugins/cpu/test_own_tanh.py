@@ -13,12 +13,10 @@ import numpy as np
 import pytest
 
 from hidet_framework.ir.math_functions import exp, tanh
-from hidet_framework.lang import attrs, f32, i32, parallel, script, script_module
-from hidet_framework.lowering.pipeline import lower
+from hidet_framework.lang import attrs, f32, i32, parallel, script
 from hidet_plugin_cpu import vector_math
-from hidet_plugin_cpu.codegen import generate
 
-from .test_vector_math import _prime_length, float_range_sample, ulp_error
+from .own_math import ISAS, build, check_defined_only_where_called, check_ulp_sweep, coefficients, run
 
 
 @script
@@ -35,35 +33,16 @@ def no_tanh_k(n: i32, a: f32[n], c: f32[n]):
         c[i] = exp(a[i])
 
 
-def _build(cpu_backend, isa, monkeypatch):
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
-    module = lower(script_module(own_tanh_k, name=f"own_tanh_{isa}"), "cpu")
-    return generate(module), cpu_backend.compile(module)
-
-
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 def test_ulp_bound_and_special_values(cpu_backend, rng, isa, monkeypatch):
-    source, library = _build(cpu_backend, isa, monkeypatch)
+    source, library = build(own_tanh_k, "own_tanh", cpu_backend, isa, monkeypatch)
     assert "static inline float hidet_tanhf(float x)" in source and "hidet_tanhf(a[" in source
-    a = _prime_length(np.concatenate([float_range_sample(rng),
-                                      rng.uniform(-10.0, 10.0, 200_000).astype(np.float32),   # where tanh bends
-                                      np.linspace(7.0, 9.2, 100_003, dtype=np.float32)]))    # the worst region
-    c = np.full_like(a, np.nan)
-    library["own_tanh_k"](len(a), a, c)
-    want = np.tanh(a.astype(np.float64))
-    err = ulp_error(c, want)
-    worst = int(np.argmax(err))
-    bound = vector_math.ULP_BOUNDS["tanh"]
-    assert err[worst] <= bound, f"tanh({a[worst]!r}) = {c[worst]!r}, float64 says {want[worst]!r}: {err[worst]:.3g} ULP"
-    assert np.mean(err[np.isfinite(err)]) < 1.0          # typical results are within rounding
+    # where tanh bends, and the worst region
+    c = check_ulp_sweep(library, "own_tanh_k", "tanh", np.tanh, rng, bends=10.0, worst=(7.0, 9.2, 100_003))
     assert np.nanmax(np.abs(c)) <= 1.0                    # never 1 + 2^-23 (the clamp on the magnitude)
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0 ** -149, -(2.0 ** -149), 1e-30, 9.1, 1e30, -1e30,
                         9.05, -9.05], np.float32)
-    out = np.full_like(special, 7.0)
-    library["own_tanh_k"](len(special), special, out)
+    out = run(library, "own_tanh_k", special, poison=7.0)
     assert np.isnan(out[0])
     assert out[1] == 1.0 and out[2] == -1.0 and out[8] == 1.0 and out[9] == 1.0 and out[10] == -1.0
     assert out[11] == 1.0 and out[12] == -1.0                                # past 9.01 tanh rounds to 1
@@ -73,19 +52,16 @@ def test_ulp_bound_and_special_values(cpu_backend, rng, isa, monkeypatch):
 
 
 def test_definition_only_where_tanh_is_called():
-    with_tanh = generate(lower(script_module(own_tanh_k, name="with_tanh"), "cpu"))
-    without = generate(lower(script_module(no_tanh_k, name="without_tanh"), "cpu"))
-    assert with_tanh.count("static inline float hidet_tanhf(float x)") == 1
-    assert "hidet_tanh" not in without and "hidet_erf" not in with_tanh
-    assert with_tanh.index("#include <math.h>") < with_tanh.index("hidet_tanhf(float x)") < with_tanh.index(
-        "/* prototypes */")
+    with_tanh, _ = check_defined_only_where_called(own_tanh_k, no_tanh_k, "static inline float hidet_tanhf(float x)")
+    assert "hidet_erf" not in with_tanh
 
 
 def test_coefficients_are_what_the_docstring_describes():
     """P(0) = Q(0) = 1 (tanh(x) / x -> 1 at 0); every coefficient positive (Horner adds
     no cancellation for t^2 >= 0); the clamp is past 9.01, where tanh rounds to 1."""
-    p = [float(c.rstrip("f")) for c in vector_math.TANH_P]
-    q = [float(c.rstrip("f")) for c in vector_math.TANH_Q]
+    p, q = coefficients(vector_math.TANH_P), coefficients(vector_math.TANH_Q)
     assert p[0] == 1.0 and q[0] == 1.0
     assert min(p) > 0 and min(q) > 0 and len(p) == len(q) == 6
+    # the bound the generated source states is the one the sweep holds it to
+    assert f"vector_math.py: {vector_math.ULP_BOUNDS['tanh']:g} ULP */" in vector_math.OWN_FUNCTIONS["hidet_tanhf"]
     assert np.float32(np.tanh(9.02)) == 1.0 and "t > 9.1f ? 9.1f : t" in vector_math.OWN_FUNCTIONS["hidet_tanhf"]

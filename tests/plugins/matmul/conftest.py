@@ -1,5 +1,6 @@
 """Fixtures of the CUDA matmul template tests: the GPU (skipped with the reason when
-there is none) and one run of a candidate against a float64 reference."""
+there is none), the same restricted to Hopper (sm_90: wgmma, TMA), and one run of a
+candidate against a float64 reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +19,15 @@ def cuda_env():
         pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
     torch = pytest.importorskip("torch")
     return backend, backend.detect_target(), torch
+
+
+@pytest.fixture(scope="module")
+def hopper(cuda_env):
+    """`cuda_env` on an sm_90 GPU (the wgmma and TMA templates); skipped, naming the
+    GPU's arch, on any other."""
+    if cuda_env[1].arch not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma and TMA need an sm_90 GPU, this GPU is {cuda_env[1].arch}")
+    return cuda_env
 
 
 def _matmul_error(cuda_env, template, params, a_shape, b_shape, dtype, rng) -> float:

@@ -22,21 +22,16 @@ import time
 import numpy as np
 import pytest
 
-from hidet_framework.backend.contract import Target
 from hidet_plugin_matmul.cuda_hopper_ws import DEFAULT, CudaHopperWsMatmul, ws_config
 from hidet_plugin_matmul.operators import matmul_task
 
-
-def _target(arch: str = "sm_90", **props) -> Target:
-    from hidet_plugin_cuda.target import default_cuda_target
-
-    return Target("cuda", arch, dict(default_cuda_target().properties, **props))
+from .sm90 import sm90_target
 
 
 def _lowered(shapes, dtype="float16", params=None, target=None):
     from hidet_framework.lowering.pipeline import lower
 
-    t, target = CudaHopperWsMatmul(), target or _target()
+    t, target = CudaHopperWsMatmul(), target or sm90_target()
     task, attrs = matmul_task(*shapes, dtype)
     scheduled = t.build(task, attrs, params or DEFAULT, target)
     return scheduled, lower(scheduled.module, "cuda")
@@ -46,8 +41,8 @@ def _lowered(shapes, dtype="float16", params=None, target=None):
 def test_space_is_hopper_only_bounded_and_fits_the_hardware(monkeypatch):
     monkeypatch.delenv("HIDET_FRAMEWORK_HOPPER_WS_MODEL", raising=False)
     t = CudaHopperWsMatmul()
-    assert t.space(_target("sm_80"), 2) == [] and t.space(_target("sm_100"), 1) == []
-    s0, s1, s2 = (t.space(_target(), level) for level in (0, 1, 2))
+    assert t.space(sm90_target("sm_80"), 2) == [] and t.space(sm90_target("sm_100"), 1) == []
+    s0, s1, s2 = (t.space(sm90_target(), level) for level in (0, 1, 2))
     assert len(s0) == 1 and 1 < len(s1) <= 30 and len(s1) <= len(s2) <= 200
     assert s0 == [DEFAULT] and s1[0] == s2[0] == DEFAULT
     assert len({tuple(sorted(p.items())) for p in s2}) == len(s2)
@@ -55,13 +50,13 @@ def test_space_is_hopper_only_bounded_and_fits_the_hardware(monkeypatch):
         cfg = ws_config(p)
         assert cfg["acc"] <= 128 and cfg["bm"] <= 256 and cfg["smem"] + 1024 <= 227 * 1024, p
     assert {p["cluster"] for p in s2} == {1} and {p["persistent"] for p in s2} == {1}  # measured slower
-    small = _target(smem_per_block_optin=100 * 1024)
+    small = sm90_target(smem_per_block_optin=100 * 1024)
     assert all(ws_config(p)["smem"] <= 100 * 1024 for p in t.space(small, 2)[1:])
     assert max(p["stages"] for p in t.space(small, 2)[1:]) < max(p["stages"] for p in s2)
     assert {p["split"] for p in s1} == {p["split"] for p in s2} == {1, 2, 4}
     assert {p["epilogue"] for p in s1} == {1} and {p["epilogue"] for p in s2} == {0, 1}
     monkeypatch.setenv("HIDET_FRAMEWORK_HOPPER_WS_MODEL", "1")  # the opt-in cost-model path
-    assert t.space(_target(), 0) == [{"auto": 1}] and t.space(_target(), 1)[:2] == [{"auto": 1}, DEFAULT]
+    assert t.space(sm90_target(), 0) == [{"auto": 1}] and t.space(sm90_target(), 1)[:2] == [{"auto": 1}, DEFAULT]
 
 
 def test_level0_model_is_opt_in(monkeypatch):
@@ -76,14 +71,14 @@ def test_level0_model_is_opt_in(monkeypatch):
 
     task, attrs = matmul_task((4096, 4096), (4096, 4096), "float16")
     templates = [t for t in plugin_host().templates.templates_for("matmul", "cuda") if t.applies(task, attrs)]
-    pick = lambda: candidates_of(templates, _target(), 0, task, attrs)[0].template.name  # noqa: E731
+    pick = lambda: candidates_of(templates, sm90_target(), 0, task, attrs)[0].template.name  # noqa: E731
     monkeypatch.delenv("HIDET_FRAMEWORK_HOPPER_WS_MODEL", raising=False)
-    assert CudaHopperWsMatmul().estimate(task, attrs, DEFAULT, _target()) is None
+    assert CudaHopperWsMatmul().estimate(task, attrs, DEFAULT, sm90_target()) is None
     assert pick() == "matmul.cuda_wgmma"
     monkeypatch.setenv("HIDET_FRAMEWORK_HOPPER_WS_MODEL", "1")
     assert pick() == "matmul.cuda_hopper_ws"
     prologue = dict(attrs, **{PROLOGUE_INPUTS_ATTRIBUTE: (0,)})
-    assert CudaHopperWsMatmul().estimate(task, prologue, {"auto": 1}, _target()) == math.inf
+    assert CudaHopperWsMatmul().estimate(task, prologue, {"auto": 1}, sm90_target()) == math.inf
 
 
 def test_applies_to_half_types_with_aligned_rows_only():
@@ -95,9 +90,9 @@ def test_applies_to_half_types_with_aligned_rows_only():
         assert t.applies(task, attrs) is ok, (a, b, dtype)
     task, attrs = matmul_task((64, 64), (64, 64), "float16")
     with pytest.raises(ValueError, match="does not fit"):
-        t.build(task, attrs, {"consumers": 2, "m_tiles": 2, "block_n": 256, "stages": 4, "raster": 0}, _target())
+        t.build(task, attrs, {"consumers": 2, "m_tiles": 2, "block_n": 256, "stages": 4, "raster": 0}, sm90_target())
     with pytest.raises(ValueError, match="does not fit"):  # 512 threads: ptxas cannot fit 128 accumulators
-        t.build(task, attrs, {"consumers": 3, "m_tiles": 1, "block_n": 256, "stages": 3, "raster": 0}, _target())
+        t.build(task, attrs, {"consumers": 3, "m_tiles": 1, "block_n": 256, "stages": 3, "raster": 0}, sm90_target())
 
 
 @pytest.mark.parametrize("grid_m, grid_n, batch, raster, cl, sms",
@@ -187,7 +182,7 @@ def test_sources_without_tensor_maps_are_unchanged():
 
     t = CudaWgmmaMatmul()
     task, attrs = matmul_task((130, 200), (200, 264), "float16")
-    source = generate(lower(t.build(task, attrs, t.space(_target(), 0)[0], _target()).module, "cuda"))
+    source = generate(lower(t.build(task, attrs, t.space(sm90_target(), 0)[0], sm90_target()).module, "cuda"))
     assert "hf_tensor_map_t" not in source and "__grid_constant__" not in source
 
 
@@ -264,7 +259,7 @@ def test_fusion_grafts_onto_c_only():
 
 # ------------------------------------------------------------- compile-only
 def _compile_jobs():
-    t, target = CudaHopperWsMatmul(), _target()
+    t, target = CudaHopperWsMatmul(), sm90_target()
     jobs = []
     task, attrs = matmul_task((130, 200), (200, 264), "float16")
     jobs += [(task, attrs, p) for p in t.space(target, 2)]
@@ -324,13 +319,6 @@ SHAPES = [  # edges in M, N and K, K below one k-tile, primes; batched and broad
     ((1, 8), (8, 8)), ((127, 64), (64, 136)), ((131, 200), (200, 264)), ((257, 1000), (1000, 520)),
     ((3, 33, 24), (3, 24, 40)), ((4, 40, 64), (1, 64, 72)), ((1021, 3000), (3000, 1000)),
 ]
-
-
-@pytest.fixture(scope="module")
-def hopper(cuda_env):
-    if cuda_env[1].arch not in ("sm_90", "sm_90a"):
-        pytest.skip(f"TMA + wgmma need sm_90, this GPU is {cuda_env[1].arch}")
-    return cuda_env
 
 
 @pytest.mark.cuda

@@ -232,14 +232,12 @@ def test_skinny_pipeline_shrinks_to_fit_every_applicable_shape():
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shapes", SKINNY_SHAPES, ids=str)
-def test_skinny_wgmma_matches_float64_reference(cuda_env, matmul_error, shapes, dtype):
-    if cuda_env[1].arch not in ("sm_90", "sm_90a"):
-        pytest.skip("wgmma needs an sm_90 GPU")
+def test_skinny_wgmma_matches_float64_reference(hopper, matmul_error, shapes, dtype):
     rng = np.random.default_rng()
     t = CudaHopperSkinnyMatmul()
     for extra in SKINNY_PARAMS:
-        params = dict(t.space(cuda_env[1], 0)[0], **extra)
-        err = matmul_error(cuda_env, t, params, *shapes, dtype, rng)
+        params = dict(t.space(hopper[1], 0)[0], **extra)
+        err = matmul_error(hopper, t, params, *shapes, dtype, rng)
         assert err < TOL[dtype], (params, err)
 
 

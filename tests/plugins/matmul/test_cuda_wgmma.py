@@ -12,22 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hidet_framework.backend.contract import Target
 from hidet_plugin_matmul.cuda_wgmma import CudaWgmmaMatmul
 from hidet_plugin_matmul.operators import matmul_task
 
-
-def _target(arch: str = "sm_90") -> Target:
-    from hidet_plugin_cuda.target import default_cuda_target
-
-    t = default_cuda_target()
-    return Target("cuda", arch, t.properties)
+from .sm90 import sm90_target
 
 
 def test_space_is_hopper_only_bounded_and_default_first():
     t = CudaWgmmaMatmul()
-    assert t.space(_target("sm_80"), 2) == [] and t.space(_target("sm_100"), 1) == []
-    s0, s1, s2 = (t.space(_target(), level) for level in (0, 1, 2))
+    assert t.space(sm90_target("sm_80"), 2) == [] and t.space(sm90_target("sm_100"), 1) == []
+    s0, s1, s2 = (t.space(sm90_target(), level) for level in (0, 1, 2))
     assert len(s0) == 1 and 1 < len(s1) <= 30 and len(s1) <= len(s2) <= 200
     assert s0[0] == s1[0] == s2[0]
     assert s0[0] == {"auto": 1}  # the cost model's pick (tests/plugins/matmul/test_cuda_defaults.py)
@@ -45,7 +39,7 @@ def test_applies_to_half_types_with_aligned_rows_only():
         assert t.applies(task, attrs) is ok, (a, b, dtype)
     task, attrs = matmul_task((64, 63), (63, 64), "float16")
     with pytest.raises(ValueError, match="16-byte aligned"):
-        t.build(task, attrs, t.space(_target(), 0)[0], _target())
+        t.build(task, attrs, t.space(sm90_target(), 0)[0], sm90_target())
 
 
 def test_primitives_refuse_what_ptx_does_not_have():
@@ -81,7 +75,7 @@ def test_source_uses_wgmma_and_builds_for_sm90a():
         pytest.skip(f"no CUDA compiler: {exc}")
     t = CudaWgmmaMatmul()
     task, attrs = matmul_task((130, 200), (200, 264), "float16")
-    source = candidate_source(t.build(task, attrs, t.space(_target(), 0)[0], _target()), _target())
+    source = candidate_source(t.build(task, attrs, t.space(sm90_target(), 0)[0], sm90_target()), sm90_target())
     for text in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "wgmma.fence.sync.aligned",
                  "wgmma.wait_group.sync.aligned 0", "fence.proxy.async.shared::cta", "cp.async.cg.shared.global"):
         assert text in source, text
@@ -94,13 +88,6 @@ SHAPES = [  # edges in M, N and K; K % 64 != 0; batched and broadcast B
     ((1, 8), (8, 8)), ((127, 64), (64, 136)), ((300, 200), (200, 264)), ((130, 1000), (1000, 520)),
     ((3, 33, 24), (3, 24, 40)), ((4, 40, 64), (1, 64, 72)),
 ]
-
-
-@pytest.fixture(scope="module")
-def hopper(cuda_env):
-    if cuda_env[1].arch not in ("sm_90", "sm_90a"):
-        pytest.skip(f"wgmma needs sm_90, this GPU is {cuda_env[1].arch}")
-    return cuda_env
 
 
 @pytest.mark.cuda

@@ -1,18 +1,15 @@
 """A graph rewrite rule: ``rowsum(scale(x, a))`` -> ``scale(rowsum(x), a)``.
 
-A rule registered at ``points.GRAPH_REWRITE`` has ``op_names`` (the operators the
-engine shows it) and ``rewrite(op)``, which returns replacement tensors for
-``op.outputs`` (same shapes and dtypes) or None to leave `op` alone. The engine runs
+A rule is a ``RewriteRule`` (``hidet_framework.extension``; its point is
+``points.GRAPH_REWRITE``): ``op_names`` (the operators the engine shows it) and
+``rewrite(op)``, which returns replacement tensors for ``op.outputs`` (same shapes
+and dtypes) or None to leave `op` alone. The engine runs
 rules to a fixpoint before constant folding and fusion; the scale left without users
 is then removed by dead-code elimination.
 """
 from __future__ import annotations
 
-from typing import Any
-
-import attrs
-
-from hidet_framework.extension import points
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor
 
 from hidet_plugin_rowops.operators import ROWSUM, SCALE, rowsum, scale
@@ -25,12 +22,5 @@ def sum_of_scaled(op: Operator) -> list[Tensor] | None:
     return [scale(rowsum(source.inputs[0]), source.attributes["factor"])]
 
 
-@attrs.frozen
-class RewriteRule:
-    name: str
-    op_names: tuple
-    rewrite: Any
-    point: str = points.GRAPH_REWRITE
-
-
-SUM_OF_SCALED = RewriteRule("rowops.sum_of_scaled", (ROWSUM,), sum_of_scaled)
+SUM_OF_SCALED = RewriteRule("rowops.sum_of_scaled", (ROWSUM,), sum_of_scaled,
+                            description="rowsum(scale(x, a)) as scale(rowsum(x), a): the scale on one value a row")

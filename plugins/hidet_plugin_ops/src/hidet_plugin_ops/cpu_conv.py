@@ -21,11 +21,10 @@ ones and those with weights that are not constants keep the im2col + matmul rewr
 """
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import attrs
+from typing import Any
 
 from hidet_framework.compute import compute, reduce, tensor_input
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import const, if_then_else
@@ -146,16 +145,6 @@ def pack_conv2d_weights(op: Any) -> list[Tensor] | None:
     return [y]
 
 
-@attrs.frozen
-class PackRule:
-    """A graph rewrite rule in the core engine's protocol (rewrite_patterns.py)."""
-
-    name: str = "conv2d_pack_weights"
-    op_names: tuple = ("conv2d",)
-    rewrite: Callable = pack_conv2d_weights
-    point: str = "graph_rewrite"
-    targets: tuple = ("cpu",)
-    description: str = "float32 conv2d with constant weights: weights packed once at compile time (CPU direct template)"
-
-
-PACK_RULE = PackRule()
+PACK_RULE = RewriteRule(
+    "conv2d_pack_weights", ("conv2d",), pack_conv2d_weights, targets=("cpu",),
+    description="float32 conv2d with constant weights: weights packed once at compile time (CPU direct template)")

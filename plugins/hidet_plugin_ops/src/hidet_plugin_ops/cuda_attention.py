@@ -43,8 +43,9 @@ count). A per-row form that gives each key to a warp (``rows`` 1, ``k_order`` "d
 cuda_attention_warps.py) is built only when asked for explicitly: it is in no space
 and no default (not yet run on a GPU in its current form). The tensor-core form
 (``{"form": "mma"}``, cuda_attention_mma.py: float16 / bfloat16, D and Dv multiples of
-16 up to 128) is opt-in the same way, and with HIDET_FRAMEWORK_ATTENTION_MMA=1 it is
-level 0's choice and leads the spaces.
+16 up to 128) is level 0's choice and leads the spaces; tasks it does not apply to
+(float32, other D) get the scalar forms above for it, and HIDET_FRAMEWORK_ATTENTION_MMA=0
+takes it out (level 0 and the spaces as without it).
 """
 from __future__ import annotations
 
@@ -254,7 +255,7 @@ class CudaAttention(Template):
         return (int(attributes["n"]) + int(attributes["d"]) + 2 * 8) * width <= SHARED_LIMIT
 
     def space(self, target: Any, level: int) -> list[dict]:
-        mma = [{"form": "mma", "warps": w} for w in ("auto", 4, 8)] if enabled() else []  # opt-in (env)
+        mma = [{"form": "mma", "warps": w} for w in ("auto", 2, 4, 8)] if enabled() else []  # unless env = 0
         if level == 0:
             return mma[:1] or [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]

@@ -1,14 +1,11 @@
 """Graph rewrite rules this plugin contributes (``register_passes``).
 
-Protocol, shared with the core's pattern-rewrite engine: a rule is registered as
-``register(name, rule)`` where `rule` has
-
-- ``point = "graph_rewrite"``: the pipeline point at which the engine runs it;
-- ``op_names``: the operator names it looks at (the engine calls it only for those);
-- ``rewrite(op) -> list[Tensor] | None``: given an `Operator` of the graph, either
-  None (no change) or new tensors, one per ``op.outputs`` with the same shapes and
-  dtypes, built from ``op.inputs`` with operator functions; the engine redirects the
-  consumers of each old output to the new one.
+Each rule is a ``hidet_framework.extension.RewriteRule`` (the core engine's
+protocol: ``op_names``, ``rewrite(op) -> list[Tensor] | None``, a phase, ...),
+registered as ``register(rule.name, rule)``: given an `Operator` of the graph,
+``rewrite`` returns None (no change) or new tensors, one per ``op.outputs`` with the
+same shapes and dtypes, built from ``op.inputs`` with operator functions; the engine
+redirects the consumers of each old output to the new one.
 
 The conv2d rule names ``matmul`` through the operator registry
 (``plugin_host().operators``) and never imports the plugin that defines it.
@@ -17,24 +14,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import attrs
-
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, ShapeError, Tensor
 
 from . import binary, conv, shape_layout, unary
 from .cpu_depthwise_conv import is_depthwise
-
-
-@attrs.frozen
-class GraphRewriteRule:
-    """A rewrite rule as the pass registry holds it (see the module docstring)."""
-
-    name: str
-    op_names: tuple
-    rewrite: Callable[[Operator], "list[Tensor] | None"]
-    point: str = "graph_rewrite"
-    description: str = ""
-    phase: int = 1  # the engine runs phase 0 (folding rules) to a fixpoint before phase 1
 
 
 def _registered_matmul() -> Callable | None:
@@ -131,7 +115,7 @@ def _single(outputs: Tensor | Sequence[Tensor]) -> Tensor:
     return outputs[0]
 
 
-RULES: tuple[GraphRewriteRule, ...] = (
-    GraphRewriteRule("conv2d_to_matmul", ("conv2d",), conv2d_to_matmul,
-                     description="conv2d as im2col (injective, fusible into the GEMM's loads) + matmul"),
+RULES: tuple[RewriteRule, ...] = (
+    RewriteRule("conv2d_to_matmul", ("conv2d",), conv2d_to_matmul,
+                description="conv2d as im2col (injective, fusible into the GEMM's loads) + matmul"),
 )

@@ -32,11 +32,11 @@ import math
 
 import numpy as np
 
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor, constant
 
 from . import attention as attention_op
 from . import binary, shape_layout
-from .rewrites import GraphRewriteRule
 
 
 def _producer(t: Tensor, name: str) -> Operator | None:
@@ -194,7 +194,7 @@ def fuse_attention(op: Operator) -> list[Tensor] | None:
     return [y if tuple(y.shape) == tuple(out.shape) else shape_layout.reshape(y, list(out.shape))]
 
 
-RULES: tuple[GraphRewriteRule, ...] = (
-    GraphRewriteRule("fuse_attention", ("matmul",), fuse_attention,
-                     description="matmul(softmax(scale * q @ kt + mask), v) as one attention operator"),
+RULES: tuple[RewriteRule, ...] = (
+    RewriteRule("fuse_attention", ("matmul",), fuse_attention,
+                description="matmul(softmax(scale * q @ kt + mask), v) as one attention operator"),
 )

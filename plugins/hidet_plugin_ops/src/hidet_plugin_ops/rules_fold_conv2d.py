@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor, constant
 
 from . import conv
-from .rewrites import GraphRewriteRule
 
 FOLD_PHASE = 0  # before conv2d_to_matmul (phase 1, the default)
 
@@ -117,11 +117,11 @@ def fold_shift(op: Operator) -> list[Tensor] | None:
     return [_refolded(conv_op, np.ones_like(shift), shift)]
 
 
-RULES: tuple[GraphRewriteRule, ...] = (
-    GraphRewriteRule("fold_batch_norm_into_conv2d", ("batch_norm",), fold_batch_norm, phase=FOLD_PHASE,
-                     description="inference batch_norm after a constant-weight conv2d, folded into its weight and bias"),
-    GraphRewriteRule("fold_scale_into_conv2d", ("mul",), fold_scale, phase=FOLD_PHASE,
-                     description="a constant per-channel multiply after a constant-weight conv2d, folded into it"),
-    GraphRewriteRule("fold_shift_into_conv2d", ("add",), fold_shift, phase=FOLD_PHASE,
-                     description="a constant per-channel add after a constant-weight conv2d, folded into its bias"),
+RULES: tuple[RewriteRule, ...] = (
+    RewriteRule("fold_batch_norm_into_conv2d", ("batch_norm",), fold_batch_norm, phase=FOLD_PHASE,
+                description="inference batch_norm after a constant-weight conv2d, folded into its weight and bias"),
+    RewriteRule("fold_scale_into_conv2d", ("mul",), fold_scale, phase=FOLD_PHASE,
+                description="a constant per-channel multiply after a constant-weight conv2d, folded into it"),
+    RewriteRule("fold_shift_into_conv2d", ("add",), fold_shift, phase=FOLD_PHASE,
+                description="a constant per-channel add after a constant-weight conv2d, folded into its bias"),
 )

@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor, constant
 
 from . import binary, shape_layout, shape_select
@@ -111,15 +112,8 @@ def _side_by_side(parts: list[Tensor], shapes: list[tuple]) -> Tensor:
     return shape_select.concat(views, axis=-1)
 
 
-class HorizontalMatmulRule:
-    """The rewrite rule (module docstring) in the engine's protocol."""
-
-    name = "fuse_horizontal_matmul"
-    op_names = ("matmul", "add")
-    point = "graph_rewrite"
-    phase = 0
-    needs_uses = True
-    description = "matmuls reading one input with constant weights as one wide matmul and slices"
+class HorizontalMatmul:
+    """The rewrite (module docstring): `rewrite` is the rule's; it keeps the groups."""
 
     def __init__(self) -> None:
         self._groups: OrderedDict[tuple, Tensor] = OrderedDict()
@@ -202,15 +196,9 @@ def split_to_slices(op: Operator, uses: Any) -> list[Tensor] | None:
     return parts
 
 
-@attrs.frozen
-class SplitRule:
-    name: str = "split_to_slices"
-    op_names: tuple = ("split",)
-    rewrite: Any = split_to_slices
-    point: str = "graph_rewrite"
-    phase: int = 0
-    needs_uses: bool = True
-    description: str = "a split whose pieces each feed one injective reader as slices fusion grafts"
-
-
-RULES: tuple[Any, ...] = (HorizontalMatmulRule(), SplitRule())
+RULES: tuple[RewriteRule, ...] = (
+    RewriteRule("fuse_horizontal_matmul", ("matmul", "add"), HorizontalMatmul().rewrite, phase=0, needs_uses=True,
+                description="matmuls reading one input with constant weights as one wide matmul and slices"),
+    RewriteRule("split_to_slices", ("split",), split_to_slices, phase=0, needs_uses=True,
+                description="a split whose pieces each feed one injective reader as slices fusion grafts"),
+)
