@@ -50,8 +50,11 @@ def plan(path: str, show_groups: bool, dump: str = "", prefix: str = "") -> int:
             anchor = group.anchor_member
             what = group.describe()
             try:
-                parts = [task_compiler.fuse_anchor(
-                    lambda attributes: task_compiler.schedule(anchor.task, anchor.name, target, 0, attributes)[0], group)]
+                schedule = (lambda attributes: task_compiler.schedule(anchor.task, anchor.name, target, 0, attributes)[0])
+                if hasattr(task_compiler, "fuse_anchor"):
+                    parts = [task_compiler.fuse_anchor(schedule, group)]
+                else:  # a tree from before the view epilogues (for comparing sources with it)
+                    parts = [task_compiler.fuse_group(schedule(group.anchor_attributes()), group)]
             except FusionError as exc:
                 what += f"  (separate: {exc})"
                 parts = [task_compiler.schedule(m.task, m.name, target, 0, dict(m.attributes))[0]
