@@ -1,6 +1,6 @@
 """ResNet-50's convolution shapes: ours against onnxruntime (cpu) or cuDNN (cuda).
 
-    python bench/conv.py --target cpu [--batch 1,8] [--only 3x3,1x1] [--rounds 9] [--threads 2] [--set depthwise]
+    python bench/conv.py --target cpu [--batch 1,8] [--only 3x3,1x1] [--rounds 9] [--threads 2] [--set depthwise|mobilenet]
     python bench/conv.py --target cuda [--batch 1,8] [--dtypes float16,float32] [--repeat 50] [--warm 16]
 
 Every shape is one conv2d with constant weights and bias (as in a model), compiled
@@ -95,6 +95,15 @@ SHAPES = [
 DEPTHWISE = [(f"dw3x3{'s2' if s == 2 else ''}_{c}_{size}", c, c, size, 3, s, c)
              for c, size, s in ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2),
                                 (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1))]
+
+# MobileNet-V2's other convolutions (cpu only: `--set mobilenet`): the 3x3 stride-2 stem
+# and every distinct pointwise (1x1) shape, then the depthwise ones above
+MOBILENET = [("3x3s2_3_32_224", 3, 32, 224, 3, 2)] + [
+    (f"1x1_{ci}_{co}_{size}", ci, co, size, 1, 1)
+    for ci, co, size in ((32, 16, 112), (16, 96, 112), (96, 24, 56), (24, 144, 56), (144, 24, 56), (144, 32, 28),
+                         (32, 192, 28), (192, 32, 28), (192, 64, 14), (64, 384, 14), (384, 64, 14), (384, 96, 14),
+                         (96, 576, 14), (576, 96, 14), (576, 160, 7), (160, 960, 7), (960, 160, 7), (960, 320, 7),
+                         (320, 1280, 7))] + DEPTHWISE
 
 
 SPIN_CYCLES = 200_000   # torch.cuda._sleep: about 100 us on an H200
@@ -395,8 +404,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=0, help="cuda: compile every shape first in this many "
                         "processes (build cache)")
     parser.add_argument("--out", default="", help="write the rows as JSON to this file")
-    parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise"],
-                        help="cpu: ResNet-50's shapes or MobileNet-V2's depthwise 3x3 ones")
+    parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise", "mobilenet"],
+                        help="cpu: ResNet-50's shapes, MobileNet-V2's depthwise 3x3 ones, or all of "
+                        "MobileNet-V2's (stem, pointwise, depthwise)")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="cpu: time calls with the thread's CPU clock (with --threads 1 only)")
     args = parser.parse_args()
@@ -404,7 +414,7 @@ def main() -> None:
         parser.error("--clock cpu needs --target cpu and --threads 1 (both sides on the calling thread)")
     args.batch = [int(v) for v in args.batch.split(",") if v]
     args.dtypes = [v for v in args.dtypes.split(",") if v]
-    pool = DEPTHWISE if args.set == "depthwise" and args.target == "cpu" else SHAPES
+    pool = {"depthwise": DEPTHWISE, "mobilenet": MOBILENET}.get(args.set, SHAPES) if args.target == "cpu" else SHAPES
     shapes = [s for s in pool if not args.only or any(p in s[0] for p in args.only.split(","))]
     rows = run_cpu(args, shapes) if args.target == "cpu" else run_cuda(args, shapes)
     if args.out:

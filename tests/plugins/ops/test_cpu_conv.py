@@ -343,3 +343,4 @@ def test_channel_blocks_from_a_small_l1(cpu_backend, rng, case):
     compiled.run([x, _packed(w, ob), b], [y])
     assert not np.isnan(y).any()
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
+

@@ -210,7 +210,8 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
     if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
-        kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params)
+        kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params,
+                                 int(target.get("l2_bytes", 1 << 20)))
         return _scheduled(kernel, name, params, has_bias)
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
            "l1d": int(target.get("l1d_bytes", 32 << 10)), "registers": registers}
