@@ -89,10 +89,11 @@ def _plan(unit: tuple, target: Any, space: int) -> list[tuple]:
         # through task_compiler's names: the same seams as the per-operator path
         scheduled, tuning = task_compiler.schedule(task, name, target, space, attributes)
         return [(key, task, scheduled, tuning)]
-    anchor_task, anchor_name, anchor_attributes = _schedule_request(unit)
+    anchor_task, anchor_name, _ = _schedule_request(unit)
     try:
-        anchor = task_compiler.schedule(anchor_task, anchor_name, target, space, anchor_attributes)[0]
-        return [(key, task, task_compiler.fuse_group(anchor, group), None)]
+        return [(key, task, task_compiler.fuse_anchor(
+            lambda attributes: task_compiler.schedule(anchor_task, anchor_name, target, space, attributes)[0], group),
+            None)]
     except FusionError:
         plans = []
         for m in group.members:

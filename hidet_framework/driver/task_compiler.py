@@ -10,6 +10,7 @@ from typing import Any
 
 from hidet_framework.compute.task import Task
 from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
+from hidet_framework.fusion.view_epilogue import view_tail
 from hidet_framework.graph.passes.base import attributes_key
 from hidet_framework.runtime.compiled_task import CompiledTask
 from hidet_framework.driver.scheduling import schedule
@@ -56,8 +57,8 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
         return cached
     anchor = group.anchor_member
     try:
-        attributes = group.anchor_attributes()  # the kernel must take grafts
-        scheduled = fuse_group(schedule(anchor.task, anchor.name, target, space, attributes)[0], group)
+        scheduled = fuse_anchor(lambda attributes: schedule(anchor.task, anchor.name, target, space, attributes)[0],
+                                group)
     except FusionError as exc:
         members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))
                    for m in group.members]
@@ -68,6 +69,20 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
         return _task_cache.setdefault(key, compiled)
 
 
+def fuse_anchor(schedule_anchor: Any, group: FusionGroup) -> Any:
+    """`fuse_group` over ``schedule_anchor(group.anchor_attributes())``: the kernel must
+    take grafts, or, when only views follow the anchor (``fusion/view_epilogue.py``), is
+    the lone operator's; if that one cannot take the renamed buffer (it uses the output
+    other than through elements), the graftable kernel with the views grafted.
+    :raises FusionError: as `fuse_group`."""
+    try:
+        return fuse_group(schedule_anchor(group.anchor_attributes()), group)
+    except FusionError:
+        if not view_tail(group):
+            raise
+    return fuse_group(schedule_anchor(group.anchor_attributes(views=False)), group, views=False)
+
+
 def task_key(task: Task, target: Any, space: int, op_name: str, attributes: dict) -> tuple:
     """The in-process cache key of `compile_task` (target resolved)."""
     return (task.fingerprint(), target.kind, space, op_name, attributes_key(attributes or {}))
@@ -76,7 +91,8 @@ def task_key(task: Task, target: Any, space: int, op_name: str, attributes: dict
 def fused_key(task: Task, group: FusionGroup, target: Any, space: int) -> tuple:
     """The in-process cache key of `compile_fused` (target resolved)."""
     return ("fused", task.fingerprint(), target.kind, space, group.structure_key(),
-            tuple(attributes_key(dict(m.attributes)) for m in group.members))
+            tuple(attributes_key(dict(m.attributes)) for m in group.members),
+            attributes_key(group.anchor_attributes()))  # what the anchor is built with (fusion switches)
 
 
 def cached(key: tuple) -> Any:

@@ -15,13 +15,11 @@ from hidet_framework.compute.task import Task
 from hidet_framework.fusion.plan import FusionGroup
 
 
-def compose_task(group: FusionGroup, input_shapes: Sequence[tuple], input_dtypes: Sequence,
-                 name: str = "fused") -> Task:
-    """A Task computing `group`'s outputs from inputs of the given shapes/dtypes."""
-    inputs = [tensor_input(f"in{k}", dtype, shape)
-              for k, (shape, dtype) in enumerate(zip(input_shapes, input_dtypes))]
+def compose_members(members: Sequence, inputs: Sequence[TensorNode]) -> list[tuple]:
+    """Each member's outputs rebuilt over `inputs`, in member order; a member reads
+    ``inputs[k]`` (``Source("input", k)``) or output 0 of an earlier member."""
     produced: list[tuple] = []  # per member: its rebuilt outputs
-    for j, member in enumerate(group.members):
+    for j, member in enumerate(members):
         mapping: dict = {}
         for node, source in zip(member.task.inputs, member.sources):
             mapping[node] = inputs[source.index] if source.kind == "input" else produced[source.index][0]
@@ -31,6 +29,15 @@ def compose_task(group: FusionGroup, input_shapes: Sequence[tuple], input_dtypes
             value = substitute_compute(t.definition.value, mapping)
             mapping[t] = TensorNode(f"m{j}_{t.name}", t.type, GridCompute(t.definition.axes, value))
         produced.append(tuple(mapping[t] for t in member.task.outputs))
+    return produced
+
+
+def compose_task(group: FusionGroup, input_shapes: Sequence[tuple], input_dtypes: Sequence,
+                 name: str = "fused") -> Task:
+    """A Task computing `group`'s outputs from inputs of the given shapes/dtypes."""
+    inputs = [tensor_input(f"in{k}", dtype, shape)
+              for k, (shape, dtype) in enumerate(zip(input_shapes, input_dtypes))]
+    produced = compose_members(group.members, inputs)
     outputs = [produced[j][o] for j, o in group.outputs]
     attributes = {"fused": group.describe(), "anchor": group.anchor_member.name}
     return Task(name, inputs, outputs, attributes)

@@ -47,7 +47,11 @@ def epilogue_form(consumer: Task, index: int) -> tuple[InverseMap, Expr, Var]:
     rewriter = _HoleForRead(node, hole)
     value = rewriter.visit(consumer.inlined_value(out))
     reads = rewriter.reads
-    if not reads or any(not structural_equal(list(r.indices), list(reads[0].indices)) for r in reads[1:]):
+    # the output's axes head both lists, so each must meet itself: x[i, j] and x[j, i]
+    # are equal up to renaming, not the same element
+    axes = list(out.definition.axes)
+    if not reads or any(not structural_equal(axes + list(r.indices), axes + list(reads[0].indices))
+                        for r in reads[1:]):
         raise FusionError(f"consumer {consumer.name!r} does not read one element of input {index} per output element")
     inverse = consumer.inverse_map(node)
     if inverse is None and len(reads) > 1:

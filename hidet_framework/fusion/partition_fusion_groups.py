@@ -18,13 +18,18 @@ Rules, in this order (an operator joins at most one group):
    operator: a prologue needs only injectivity, so broadcasts, slices and trees fuse.)
 
 An edge is fused only when the tensor on it has exactly one use and is not a graph
-output: a tensor read twice or returned must be written to memory anyway. These rules
+output: a tensor read twice or returned must be written to memory anyway. One
+exception on the epilogue side (``epilogue_dag.py``; by default on cpu and the
+evaluator): a value whose readers reconverge at one operator (GELU reads its input
+three times) joins the chain as one member, the readers composed, when that composed
+consumer passes the same bijection check. These rules
 need no knowledge of the anchor's kernel; a template that cannot take a graft is found
 when the driver grafts, and that group then runs as separate kernels.
 """
 from __future__ import annotations
 
 from hidet_framework.fusion.compose_task import compose_task
+from hidet_framework.fusion.epilogue_dag import EpilogueDag, find_epilogue_dag, multiuse_enabled
 from hidet_framework.fusion.graft_epilogue import epilogue_form
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
 from hidet_framework.graph.flow_graph import FlowGraph
@@ -58,7 +63,7 @@ def _why_not_joined(op: Operator) -> str:
 
 
 class _Partition:
-    def __init__(self, graph: FlowGraph) -> None:
+    def __init__(self, graph: FlowGraph, target: str | None = None) -> None:
         self.graph = graph
         self.uses: dict[int, list[tuple[Operator, int]]] = {}
         for op in graph.nodes:
@@ -68,6 +73,8 @@ class _Partition:
         self.group_of: dict[int, int] = {}  # id(op) -> group index
         self.groups: list[dict] = []
         self.boundaries: list[list[str]] = []  # per group: why a neighbour stayed out (fusion_report)
+        self.position = {id(op): k for k, op in enumerate(graph.nodes)}
+        self.multiuse = multiuse_enabled(target)
 
     def _single_use(self, t: Tensor) -> bool:
         return t.uid not in self.returned and len(self.uses.get(t.uid, ())) == 1
@@ -87,9 +94,19 @@ class _Partition:
         current = self.groups[g]["anchor"]
         while len(current.outputs) == 1:
             if not self._single_use(current.outputs[0]):
-                if self.uses.get(current.outputs[0].uid):  # (a graph output nothing reads is just the end)
-                    self.boundaries[g].append(f"stored after {current.name}: {self._why_stored(current.outputs[0])}")
-                return
+                if not self.uses.get(current.outputs[0].uid):
+                    return  # a graph output nothing reads is just the end
+                dag, why = self._epilogue_dag(current.outputs[0])
+                if dag is None:
+                    self.boundaries[g].append(f"stored after {current.name}: {self._why_stored(current.outputs[0])}"
+                                              + (f" ({why})" if why else ""))
+                    return
+                for op in dag.ops:
+                    self.group_of[id(op)] = g
+                self.position[id(dag)] = self.position[id(dag.sink)]
+                self.groups[g]["epilogue"].append(dag)
+                current = dag
+                continue
             consumer, position = self.uses[current.outputs[0].uid][0]
             why = _why_not_joined(consumer)
             if id(consumer) in self.group_of and not why:
@@ -101,6 +118,13 @@ class _Partition:
             self.group_of[id(consumer)] = g
             self.groups[g]["epilogue"].append(consumer)
             current = consumer
+
+    def _epilogue_dag(self, t: Tensor) -> tuple[EpilogueDag | None, str]:
+        """The readers of `t` as one epilogue (epilogue_dag.py; by target, or the switch)."""
+        if not self.multiuse:
+            return None, ""
+        return find_epilogue_dag(t, self.uses, self.returned, self.position,
+                                 lambda op: _why_not_joined(op) or ("taken" if id(op) in self.group_of else ""))
 
     def _grow_prologue(self, g: int, op: Operator) -> None:
         for t in op.inputs:
@@ -138,6 +162,9 @@ def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup,
     roles.update({id(op): "epilogue" for op in parts["epilogue"]})
     ops = sorted([anchor, *parts["prologue"], *parts["epilogue"]], key=lambda op: position[id(op)])
     index = {id(op): j for j, op in enumerate(ops)}
+    for j, op in enumerate(ops):
+        for inner in getattr(op, "ops", ()):  # an EpilogueDag: its sink's output is the member's
+            index[id(inner)] = j
     inputs: list[Tensor] = []
     members = []
     for op in ops:
@@ -160,9 +187,9 @@ def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup,
 
 def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = None) -> FlowGraph:
     ctx = ctx or GraphPassContext()
-    partition = _Partition(graph)
+    partition = _Partition(graph, ctx.target)
     partition.run()
-    position = {id(op): k for k, op in enumerate(graph.nodes)}
+    position = partition.position  # graph order, and each epilogue DAG at its sink's place
     last_member: dict[int, int] = {}  # group index -> position of its last member
     for op in graph.nodes:
         last_member[partition.group_of[id(op)]] = position[id(op)]

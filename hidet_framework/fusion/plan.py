@@ -77,12 +77,18 @@ class FusionGroup:
     def anchor_member(self) -> Member:
         return self.members[self.anchor]
 
-    def anchor_attributes(self) -> dict:
+    def anchor_attributes(self, views: bool = True) -> dict:
         """What the anchor's template is built with: the operator's attributes,
-        ANCHOR_ATTRIBUTE and, where prologues feed it, PROLOGUE_INPUTS_ATTRIBUTE."""
+        ANCHOR_ATTRIBUTE and, where prologues feed it, PROLOGUE_INPUTS_ATTRIBUTE (the
+        attributes alone when only views follow it, ``view_epilogue.view_tail``, unless
+        `views` is False)."""
         anchor = self.anchor_member
         fed = tuple(k for k, s in enumerate(anchor.sources)
                     if s.kind == "member" and self.members[s.index].role == "prologue")
+        if not fed and views:
+            from hidet_framework.fusion.view_epilogue import view_tail
+            if view_tail(self):  # only views after it: nothing is grafted (view_epilogue.py)
+                return dict(anchor.attributes)
         out = {**dict(anchor.attributes), ANCHOR_ATTRIBUTE: True}
         if fed:
             out[PROLOGUE_INPUTS_ATTRIBUTE] = fed
