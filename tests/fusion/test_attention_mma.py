@@ -17,6 +17,8 @@ import pytest
 import hidet_framework as hf
 from hidet_framework.extension import plugin_host
 
+from .attention_reference import reference as _reference
+
 ENV = "HIDET_FRAMEWORK_ATTENTION_MMA"
 # (q, kt, v, mask shape or None, kind, scale, zero_nan, dtype)
 CASES = [
@@ -66,19 +68,6 @@ def _case(k, rng):
     y = hf.ops.attention(*symbols, mask_t, scale=scale, mask_kind=None if mask is None else kind, zero_nan=zero_nan)
     extra = [] if mask is None else [mask]
     return y.producer, device + extra, _reference(exact, mask, kind, scale, zero_nan)
-
-
-def _reference(arrays, mask, kind, scale, zero_nan):
-    q, kt, v = arrays
-    s = scale * (q @ kt)
-    if kind == "add":
-        s = s + mask
-    elif kind == "select":
-        s = np.where(mask, s, -np.inf)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(s - s.max(-1, keepdims=True))
-        p = e / e.sum(-1, keepdims=True)
-    return (np.where(np.isnan(p), 0.0, p) if zero_nan else p) @ v
 
 
 def _target():

@@ -23,3 +23,15 @@ def rng(request):
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"random seed {seed} for {request.node.name}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def cpu_backend():
+    """The CPU backend, or a skip naming why this machine cannot build OpenMP C code."""
+    from hidet_plugin_cpu import CpuBackend
+
+    backend = CpuBackend()
+    availability = backend.availability()
+    if not availability.usable:
+        pytest.skip(f"CPU backend not usable: {availability.reason}")
+    return backend

@@ -22,15 +22,6 @@ from hidet_framework.runtime.compiled_task import compile_scheduled
 TEMPLATE = CpuPrepackedMatmul()
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    from hidet_plugin_cpu import CpuBackend
-
-    backend = CpuBackend()
-    if not backend.availability().usable:
-        pytest.skip(f"CPU backend not usable: {backend.availability().reason}")
-    return backend
-
 
 def _prepacked_task(m, k, n, nr):
     a = hf.symbol((m, k), "float32")

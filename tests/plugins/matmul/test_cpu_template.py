@@ -18,15 +18,6 @@ from hidet_plugin_matmul.operators import matmul_task
 TEMPLATE = CpuPackedMatmul()
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    from hidet_plugin_cpu import CpuBackend
-
-    backend = CpuBackend()
-    if not backend.availability().usable:
-        pytest.skip(f"CPU backend not usable: {backend.availability().reason}")
-    return backend
-
 
 @pytest.fixture
 def rng():

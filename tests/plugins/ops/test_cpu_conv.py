@@ -25,15 +25,6 @@ from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, column_tiles, co
 TEMPLATE = CpuDirectConv2d()
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    from hidet_plugin_cpu import CpuBackend
-
-    backend = CpuBackend()
-    if not backend.availability().usable:
-        pytest.skip(f"CPU backend not usable: {backend.availability().reason}")
-    return backend
-
 
 def conv64(x, w, b, stride, pads, dilation):
     """float64 reference: zero-pad (top, left, bottom, right), dilated windows, tensordot."""

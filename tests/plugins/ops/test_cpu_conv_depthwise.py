@@ -24,15 +24,6 @@ from hidet_plugin_ops.cpu_depthwise_conv import (
 TEMPLATE = CpuDepthwiseConv2d()
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    from hidet_plugin_cpu import CpuBackend
-
-    backend = CpuBackend()
-    if not backend.availability().usable:
-        pytest.skip(f"CPU backend not usable: {backend.availability().reason}")
-    return backend
-
 
 def depthwise64(x, w, b, stride, pads, dilation):
     """float64 reference, written independently of the kernel: zero-padded input, one

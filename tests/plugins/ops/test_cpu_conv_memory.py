@@ -42,15 +42,6 @@ def _task(x_shape, w_shape, ob, bias, stride, pads, dilation):
     return y.producer.task, dict(y.producer.attributes), tuple(y.shape)
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    from hidet_plugin_cpu import CpuBackend
-
-    backend = CpuBackend()
-    if not backend.availability().usable:
-        pytest.skip(f"CPU backend not usable: {backend.availability().reason}")
-    return backend
-
 
 @pytest.mark.parametrize("x_shape,o", [((2, 23, 7, 7), 53), ((1, 160, 7, 7), 67), ((3, 11, 5, 9), 37)], ids=str)
 def test_flat_form_stores_through_channels_with_epilogues(rng, x_shape, o):
