@@ -22,6 +22,8 @@ from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops import cpu_conv
 from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, column_tiles, conv_space, max_pixels
 
+from .conv_packing import _packed, _task
+
 TEMPLATE = CpuDirectConv2d()
 
 
@@ -40,22 +42,6 @@ def conv64(x, w, b, stride, pads, dilation):
             patch = xp[:, :, r * dh: r * dh + sh * (oh - 1) + 1: sh, q * dw: q * dw + sw * (ow - 1) + 1: sw]
             y += np.einsum("nchw,oc->nohw", patch, w[:, :, r, q].astype(np.float64))
     return y + (b.astype(np.float64)[None, :, None, None] if b is not None else 0.0)
-
-
-def _packed(w, ob):
-    o = w.shape[0]
-    blocks = -(-o // ob)
-    padded = np.zeros((blocks * ob,) + w.shape[1:], np.float32)
-    padded[:o] = w
-    return np.ascontiguousarray(padded.reshape(blocks, ob, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
-
-
-def _task(x_shape, w_shape, ob, bias, stride, pads, dilation):
-    x = hf.symbol(x_shape, "float32")
-    packed = cpu_conv.pack_conv_weight(hf.symbol(w_shape, "float32"), ob)
-    b = hf.symbol((w_shape[0],), "float32") if bias else None
-    y = cpu_conv.conv2d_packed(x, packed, b, w_shape[0], stride, pads, dilation)
-    return y.producer.task, dict(y.producer.attributes), tuple(y.shape)
 
 
 def _targets(native):

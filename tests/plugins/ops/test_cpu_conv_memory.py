@@ -17,6 +17,8 @@ from hidet_plugin_ops import cpu_conv
 from hidet_plugin_ops.cpu_conv_pointwise import prefetch_ahead
 from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, conv_space
 
+from .conv_packing import _packed, _task
+
 TEMPLATE = CpuDirectConv2d()
 
 
@@ -25,21 +27,6 @@ def conv64(x, w, b, stride, pads, dilation):
     assert stride == (1, 1) and pads == (0, 0, 0, 0) and dilation == (1, 1) and w.shape[2:] == (1, 1)
     y = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
     return y + b.astype(np.float64)[None, :, None, None]
-
-
-def _packed(w, ob):
-    o = w.shape[0]
-    padded = np.zeros((-(-o // ob) * ob,) + w.shape[1:], np.float32)
-    padded[:o] = w
-    return np.ascontiguousarray(padded.reshape(-1, ob, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
-
-
-def _task(x_shape, w_shape, ob, bias, stride, pads, dilation):
-    x = hf.symbol(x_shape, "float32")
-    packed = cpu_conv.pack_conv_weight(hf.symbol(w_shape, "float32"), ob)
-    b = hf.symbol((w_shape[0],), "float32") if bias else None
-    y = cpu_conv.conv2d_packed(x, packed, b, w_shape[0], stride, pads, dilation)
-    return y.producer.task, dict(y.producer.attributes), tuple(y.shape)
 
 
 
