@@ -129,12 +129,15 @@ def simt_split_plan(k: int, bk: int, split: int) -> tuple[int, int]:
 
 
 def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str, split: int = 1, extra: tuple = (),
-                      vec: bool = False):
+                      vec: bool = False, cluster: bool = False):
     """The kernel; with `split` > 1 (cuda_splitk) block z = batch * slices + slice sums
     its slice of K into an fp32 workspace [slices, batch, M, N] (same code otherwise);
     `extra`: more script functions for the module (the split-K reduce); `vec`: the
-    vector form (`cuda_simt_vec`; the caller checks `vec_applies`)."""
-    from hidet_plugin_cuda.lang import blockIdx, cp_async_wait_group, syncthreads, threadIdx
+    vector form (`cuda_simt_vec`; the caller checks `vec_applies`); `cluster` (with
+    `vec`): the slices of a tile are one thread-block cluster along x that sums its
+    partials through distributed shared memory and writes C itself (no workspace)."""
+    from hidet_plugin_cuda.hopper import cluster_sync
+    from hidet_plugin_cuda.lang import blockIdx, cp_async_wait_group, dynamic_shared_tensor, syncthreads, threadIdx
 
     cfg = simt_config(params)
     threads, bm, bn, bk = cfg["threads"], cfg["bm"], cfg["bn"], cfg["bk"]
@@ -152,14 +155,21 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str,
     splits = 1
     if split > 1:  # k_tiles becomes the tiles of one slice
         k_tiles, splits = simt_split_plan(k, bk, split)
+    cluster = cluster and vec and splits > 1
     a_shape, b_shape = ops.a_shape, ops.b_shape
-    c_shape = ops.c_shape if splits == 1 else (splits, ops.batch, m, n)
+    c_shape = ops.c_shape if splits == 1 or cluster else (splits, ops.batch, m, n)
+    grid = (ceil_div(n, bn), ceil_div(m, bm), ops.batch * splits)
+    if cluster:  # block x = N tile * slices + slice: a cluster holds the slices of one tile
+        grid = (ceil_div(n, bn) * splits, ceil_div(m, bm), ops.batch)
+    sa_bytes = 2 * bk * (bm + A_PAD) * 4
     acc_layout = mapping_register_layout(c_map)
     # v2: guards that the shape makes always true are not emitted (M % BM, N % BN, K % BK
     # == 0: e.g. 4096^3 has no guarded load at all); the rest stay tensor-element reads
     guard_m, guard_n, guard_k = m % bm != 0, n % bn != 0, k % bk != 0 or k_tiles * splits * bk > k
 
     def kofs(e):  # k offset of this block's slice (split-K)
+        if cluster:
+            return e + blockIdx.x % splits * (k_tiles * bk)
         return e if splits == 1 else e + blockIdx.z % splits * (k_tiles * bk)
 
     def c_at(bz, row, col):
@@ -191,10 +201,16 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str,
     def matmul_simt(a: f32[a_shape], b: f32[b_shape], c: f32[c_shape]):
         attrs.func_kind = "cuda_kernel"
         attrs.func_name = name
-        attrs.cuda.grid_dim = (ceil_div(n, bn), ceil_div(m, bm), ops.batch * splits)
+        attrs.cuda.grid_dim = grid
         attrs.cuda.block_dim = threads
-        sa = shared_tensor(f32, [2, bk, bm + A_PAD])
-        sb = shared_tensor(f32, [2, bk, bn])
+        if cluster:  # dynamic: the tiles, then (aliased) the block's partial tile for its peers
+            attrs.cuda.cluster_size = splits
+            attrs.cuda.dynamic_smem_bytes = max(sa_bytes + 2 * bk * bn * 4, bm * bn * 4)
+            sa = dynamic_shared_tensor(f32, [2, bk, bm + A_PAD], 0)
+            sb = dynamic_shared_tensor(f32, [2, bk, bn], sa_bytes)
+        else:
+            sa = shared_tensor(f32, [2, bk, bm + A_PAD])
+            sb = shared_tensor(f32, [2, bk, bn])
         acc = register_tensor(f32, [bm, bn], acc_layout)
         af = register_tensor(f32, [2, len(rows)])
         bf = register_tensor(f32, [2, len(cols)])
@@ -205,9 +221,9 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str,
             ra = register_tensor(f32, [len(a_tasks)])
             rb = register_tensor(f32, [len(b_tasks)])
         tid = threadIdx.x
-        bz = blockIdx.z if splits == 1 else blockIdx.z // splits
+        bz = blockIdx.z if splits == 1 or cluster else blockIdx.z // splits
         m0 = blockIdx.y * bm
-        n0 = blockIdx.x * bn
+        n0 = blockIdx.x // splits * bn if cluster else blockIdx.x * bn
         ci, cj = worker_origin(c_map, tid)
         if vec:  # (row, k chunk) of A, (k row, n chunk) of B
             ai, ak, bk0, bj = vs.origins(tid)
@@ -269,12 +285,21 @@ def build_simt_module(ops: MatmulOperands, params: Mapping[str, Any], name: str,
                 for x, i in enumerate(rows):
                     for y, j in enumerate(cols):
                         acc[i, j] += af[kk % 2, x] * bf[kk % 2, y]
-        if vec and splits > 1:  # the fp32 partials (no epilogue grafts here): 16-byte stores
+        if cluster:  # partial tile -> own shared memory; each block sums its share over the cluster
+            syncthreads()
+            red = dynamic_shared_tensor(f32, [bm, bn], 0)
+            for i, j in c_tasks:
+                red[ci + i, cj + j] = acc[i, j]
+            cluster_sync()
+            cs = register_tensor(f32, [splits, 4])
+            vs.cluster_reduce(red, cs, c, splits, blockIdx.x % splits, tid, bz, m0, n0)
+            cluster_sync()  # peers read this block's shared memory until here
+        if vec and splits > 1 and not cluster:  # the fp32 partials (no epilogue grafts here): 16-byte stores
             cv = register_tensor(vs_dtype, [1])
             cvf = tensor_pointer(f32, [4], init=vs.lanes(cv))
             c4 = tensor_pointer(vs_dtype, [splits, ops.batch, m, n // 4], init=vs.as_vectors(c))
             vs.store_partials(c4, cv, cvf, acc, c_tasks, blockIdx.z % splits, bz, m0 + ci, n0 + cj)
-        for i, j in (c_tasks if not (vec and splits > 1) else ()):
+        for i, j in (c_tasks if not (vec and splits > 1) else ()):  # (cluster: stored by cluster_reduce)
             if m0 + ci + i < m and n0 + cj + j < n:
                 c[c_at(bz, m0 + ci + i, n0 + cj + j)] = acc[i, j]
 

@@ -16,7 +16,14 @@ What changes against the element form (fragments, FMAs and the C stores stay the
   tile's first element, nothing read);
 - split-K partials (the fp32 workspace, where no epilogue is grafted) are written 4
   columns a store (float4): a warp's store fills whole 32-byte sectors, where the
-  element stores touched 4x as many sectors a quarter full.
+  element stores touched 4x as many sectors a quarter full;
+- ``"cluster": 1`` (sm_90, 2 to 8 slices): the slices of one C tile are one
+  thread-block cluster along x (block x = N tile * slices + slice). After the K loop
+  each block puts its partial tile in its own shared memory (aliasing the operand
+  tiles), the cluster syncs, each block sums its share of the tile's 16-byte chunks
+  over the cluster's blocks (``ld.shared::cluster``) and stores them to C by guarded
+  element stores (graftable), and the cluster syncs again before exiting. One launch,
+  no workspace: no 16 MB partial round trip at 128x4096x4096 and no reduce launch.
 
 It applies where rows are 16-byte aligned (K % 4 == 0 and N % 4 == 0; buffers are
 256-byte aligned) and the kernel is not the anchor of a fusion group: prologues graft
@@ -53,6 +60,15 @@ def vec_applies(ops: Any, params: Mapping[str, Any], attributes: Mapping[str, An
     return bool(params.get("vec")) and ops.k % 4 == 0 and ops.n % 4 == 0 and not is_anchor(attributes)
 
 
+def cluster_share(bm: int, bn: int, threads: int, splits: int) -> tuple[int, int, int]:
+    """(16-byte chunks of the tile, chunks per cluster rank, steps per thread): rank r
+    sums chunks ``r * per_rank + t * threads + tid`` for t < steps, those below
+    ``(r + 1) * per_rank`` and the tile's chunk count."""
+    chunks = bm * bn // 4
+    per_rank = -(-chunks // splits)
+    return chunks, per_rank, -(-per_rank // threads)
+
+
 class VecStage:
     """The loads of one k-tile in the vector form, as IR built while the kernel traces.
 
@@ -61,6 +77,7 @@ class VecStage:
 
     def __init__(self, ops: Any, bm: int, bn: int, bk: int, threads: int, kofs: Callable, guards: tuple) -> None:
         self.ops, self.kofs = ops, kofs
+        self.bm, self.bn, self.threads = bm, bn, threads
         self.guard_m, self.guard_n, self.guard_k = guards
         self.a_map = auto_map(bm, bk // 4, workers=threads)  # (row, k chunk): chunks of a row fastest
         self.b_map = auto_map(bk, bn // 4, workers=threads)  # (k row, n chunk): coalesced rows of B
@@ -95,6 +112,35 @@ class VecStage:
                           + [store(c4[s, bz, row, col // 4], cv[0])])
             cond = guard([(not self.guard_m, row < self.ops.m), (not self.guard_n, col < self.ops.n)])
             out.append(body if cond is True else IfStmt(cond, body))
+        return seq_of(out)
+
+    def cluster_reduce(self, red: Any, cs: Any, c: Any, splits: int, rank: Any, tid: Any, bz: Any, m0: Any,
+                       n0: Any) -> Any:
+        """Cluster form: the block of rank `rank` sums its share of the tile's 16-byte
+        chunks over the `splits` blocks' partial tiles `red` (distributed shared memory)
+        and writes them to C by guarded element stores (a graftable epilogue). `cs`:
+        [splits, 4] f32 registers (one chunk of each peer; the sum lands in row 0)."""
+        from hidet_framework.ir.stmt import IfStmt
+        from hidet_plugin_cuda.hopper import ld_shared_cluster_v4_f32
+
+        chunks, per_rank, steps = cluster_share(self.bm, self.bn, self.threads, splits)
+        row_chunks = self.bn // 4
+        out = []
+        for t in range(steps):
+            local = t * self.threads + tid
+            idx = rank * per_rank + local
+            row, col = idx // row_chunks, idx % row_chunks * 4
+            body = [ld_shared_cluster_v4_f32([cs[q, e] for e in range(4)], address_of(red[row, col]), q)
+                    for q in range(splits)]  # all loads in flight, then the sums
+            for q in range(1, splits):
+                body += [store(cs[0, e], cs[0, e] + cs[q, e]) for e in range(4)]
+            for e in range(4):
+                ok = guard([(not self.guard_m, m0 + row < self.ops.m), (not self.guard_n, n0 + col + e < self.ops.n)])
+                st = store(c[self.ops.c_index(bz, m0 + row, n0 + col + e)], cs[0, e])
+                body.append(st if ok is True else IfStmt(ok, st))
+            cond = guard([((t + 1) * self.threads <= per_rank, local < per_rank),
+                          (per_rank * splits == chunks, idx < chunks)])
+            out.append(seq_of(body) if cond is True else IfStmt(cond, seq_of(body)))
         return seq_of(out)
 
     def load_a(self, ra4: Any, raf: Any, a: Any, bz: Any, m0: Any, k1: Any, ai: Any, akc: Any) -> Any:

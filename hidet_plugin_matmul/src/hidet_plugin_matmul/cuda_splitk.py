@@ -23,6 +23,8 @@ from hidet_plugin_matmul.cuda_simt_vec import vec_applies
 from hidet_plugin_matmul.operators import MatmulOperands
 
 VEC_ENV = "HIDET_FRAMEWORK_SIMT_VEC"  # "1": the vector-form candidates join the space (opt-in: not yet run on a GPU)
+CLUSTER_ENV = "HIDET_FRAMEWORK_SIMT_CLUSTER"  # "1": the cluster-reduce candidates join too (same rule)
+MAX_CLUSTER = 8  # blocks of a portable thread-block cluster
 MIN_K = 512  # below this a slice is too short to pay for the second launch
 SPLITS = (2, 4, 8, 16)
 DEFAULT = {"thread_m": 4, "thread_n": 8, "warps_m": 2, "warps_n": 2, "lanes_m": 4, "lanes_n": 8,
@@ -55,7 +57,23 @@ def splitk_space(target: Any, level: int) -> list[dict]:
                 out.append(q)
     if os.environ.get(VEC_ENV) == "1":
         out += splitk_vec_candidates(target, level)
+    if os.environ.get(CLUSTER_ENV) == "1":
+        out += splitk_cluster_candidates(target, level)
     return out[:30] if level == 1 else out
+
+
+def splitk_cluster_candidates(target: Any, level: int) -> list[dict]:
+    """The vector form whose slices reduce through a thread-block cluster (sm_90): one
+    launch, no workspace; the 8x8 tiles with 4 and 8 slices."""
+    if level < 2 or target_int_cc(target) < 9:
+        return []
+    return [dict(p, cluster=1) for p in splitk_vec_candidates(target, level)
+            if p["thread_m"] == 8 and p["split_k"] <= MAX_CLUSTER]
+
+
+def target_int_cc(target: Any) -> int:
+    cc = target.get("compute_capability") if hasattr(target, "get") else None
+    return int(cc[0]) if cc else 9
 
 
 def splitk_vec_candidates(target: Any, level: int) -> list[dict]:
@@ -98,9 +116,13 @@ class CudaSimtSplitKMatmul(Template):
         p = dict(DEFAULT, **params)
         _, splits = simt_split_plan(ops.k, p["block_k"], p["split_k"])
         vec = vec_applies(ops, p, attributes)
+        cluster = vec and bool(p.get("cluster")) and 1 < splits <= MAX_CLUSTER
         name = (f"matmul_simt_sk_{ops.key()}_t{p['thread_m']}x{p['thread_n']}_w{p['warps_m']}x{p['warps_n']}"
-                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}_s{splits}{'_v' if vec else ''}")
+                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}_s{splits}{'_v' if vec else ''}{'c' if cluster else ''}")
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if cluster:  # one launch: the cluster sums the slices and writes C
+            module = build_simt_module(ops, p, name, split=p["split_k"], vec=True, cluster=True)
+            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
         if splits == 1:
             module = build_simt_module(ops, p, name, split=1, vec=vec)
             return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
