@@ -19,7 +19,8 @@ Design (one block computes a BM x BN tile of C for one batch entry):
   and the fusion engine can graft prologues/epilogues onto them. v2: a guard the
   static shape makes always true is not emitted (M % BM == 0: no row guard; K % BK
   == 0: no K guard, the prefetch past the last tile is skipped by one uniform branch
-  per tile instead), so aligned shapes run with no per-load predicate.
+  per tile instead), so aligned shapes run with no per-load predicate. The vector and
+  cluster forms of the split-K candidates: `cuda_simt_vec`.
 
 The space comes from the target only: thread tiles, warp and lane arrangements, BK,
 filtered by registers and shared memory. Default (first at every level):

@@ -8,6 +8,11 @@ Why: with few rows (M of 16 to a few hundred) the plain SIMT grid has only
 quarter of the H200's 132 SMs; cutting K fills the machine while each block still
 streams 16-deep tiles through shared memory. The space: the SIMT thread tiles with the
 fewest rows per block (what short M needs), times split factors 2 to 16.
+
+Opt-in until they have run on the H200 (`cuda_simt_vec`): ``"vec": 1`` candidates
+(HIDET_FRAMEWORK_SIMT_VEC=1: 16-byte operand loads, cp.async B, float4 partials) and
+``"vec": 1, "cluster": 1`` ones (HIDET_FRAMEWORK_SIMT_CLUSTER=1: the slices of a tile
+sum through distributed shared memory, one launch, no workspace).
 """
 from __future__ import annotations
 
@@ -65,13 +70,14 @@ def splitk_space(target: Any, level: int) -> list[dict]:
 def splitk_cluster_candidates(target: Any, level: int) -> list[dict]:
     """The vector form whose slices reduce through a thread-block cluster (sm_90): one
     launch, no workspace; the 8x8 tiles with 4 and 8 slices."""
-    if level < 2 or target_int_cc(target) < 9:
+    if level < 2 or _compute_major(target) < 9:
         return []
     return [dict(p, cluster=1) for p in splitk_vec_candidates(target, level)
             if p["thread_m"] == 8 and p["split_k"] <= MAX_CLUSTER]
 
 
-def target_int_cc(target: Any) -> int:
+def _compute_major(target: Any) -> int:
+    """The target's compute capability major (9 for the offline H200 default)."""
     cc = target.get("compute_capability") if hasattr(target, "get") else None
     return int(cc[0]) if cc else 9
 
