@@ -17,6 +17,8 @@ launch), opt-in by HIDET_FRAMEWORK_SIMT_CLUSTER=1.
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,33 @@ def test_dsmem_load_primitive_takes_four_f32_registers():
         ld_shared_cluster_v4_f32([var(f"r{e}", float32) for e in range(3)], ptr, 0)
     with pytest.raises(TypeError):
         ld_shared_cluster_v4_f32([var(f"r{e}", int32) for e in range(4)], ptr, 0)
+
+
+EMULATED = [  # (A, B, candidate): guards, batches, one row, slices, the cluster reduce, and the element form
+    ((13, 1032), (1032, 68), dict(VEC[1], split_k=8)),
+    ((2, 37, 1028), (1, 1028, 44), dict(VEC[0], split_k=16)),
+    ((1, 516), (516, 4), dict(VEC[1], split_k=1)),
+    ((13, 1032), (1032, 68), dict(CLUSTER[1])),
+    ((2, 37, 1028), (1, 1028, 44), dict(CLUSTER[0], split_k=4)),
+    ((13, 1031), (1031, 67), dict(CLUSTER[1])),  # unaligned: the element form with its reduce
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the CPU emulation")
+@pytest.mark.parametrize("a_shape, b_shape, params", EMULATED, ids=lambda x: str(x) if isinstance(x, tuple) else None)
+def test_vec_and_cluster_kernels_in_a_cpu_emulation(tmp_path, a_shape, b_shape, params):
+    """The generated CUDA run on the CPU (simt_emulation: threads, barriers, copies)
+    against float64 numpy, outputs NaN first."""
+    from .simt_emulation import emulate
+
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    task, attrs = matmul_task(a_shape, b_shape, "float32")
+    st = CudaSimtSplitKMatmul().build(task, attrs, params, _target())
+    got = emulate(st, _target(), a, b, tuple(task.outputs[0].shape), str(tmp_path)).astype(np.float64)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert not np.isnan(got).any()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5
 
 
 # --------------------------------------------------------------------------- GPU
