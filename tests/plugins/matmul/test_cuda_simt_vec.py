@@ -182,21 +182,28 @@ VEC_SHAPES = [
 ]
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("shapes", VEC_SHAPES, ids=str)
-def test_vec_candidates_match_float64_reference(cuda_env, matmul_error, shapes):
-    rng = np.random.default_rng()
-    params = VEC if shapes[0] == (13, 1032) else VEC[::2] if shapes[0] == (2, 37, 1028) else VEC[::4]
-    params = params + [dict(VEC[0], split_k=1)]  # one slice: the element stores of C
-    for p in params:
-        err = matmul_error(cuda_env, CudaSimtSplitKMatmul(), p, *shapes, "float32", rng)
-        assert err < 1e-5, (p, err)
+
+
+def _cases(candidates: list, every: tuple, step: int) -> list:
+    """(shapes, params) pairs, one build each (so xdist spreads the builds): every
+    candidate on the shapes in `every`, every `step`-th on the others."""
+    return [(shapes, p) for shapes in VEC_SHAPES
+            for p in (candidates if shapes[0] in every else candidates[::step])]
+
+
+VEC_CASES = _cases(VEC, ((13, 1032),), 4) + [(s, dict(VEC[0], split_k=1)) for s in VEC_SHAPES]  # + one slice
+CLUSTER_CASES = _cases(CLUSTER, ((13, 1032), (2, 37, 1028)), 3)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("shapes", VEC_SHAPES, ids=str)
-def test_cluster_candidates_match_float64_reference(hopper, matmul_error, shapes):
-    rng = np.random.default_rng()
-    for p in CLUSTER if shapes[0] in ((13, 1032), (2, 37, 1028)) else CLUSTER[::3]:
-        err = matmul_error(hopper, CudaSimtSplitKMatmul(), p, *shapes, "float32", rng)
-        assert err < 1e-5, (p, err)
+@pytest.mark.parametrize("shapes, params", VEC_CASES)
+def test_vec_candidates_match_float64_reference(cuda_env, matmul_error, shapes, params):
+    err = matmul_error(cuda_env, CudaSimtSplitKMatmul(), params, *shapes, "float32", np.random.default_rng())
+    assert err < 1e-5, (params, err)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shapes, params", CLUSTER_CASES)
+def test_cluster_candidates_match_float64_reference(hopper, matmul_error, shapes, params):
+    err = matmul_error(hopper, CudaSimtSplitKMatmul(), params, *shapes, "float32", np.random.default_rng())
+    assert err < 1e-5, (params, err)
