@@ -30,9 +30,9 @@ downsample and its first 1x1 convolution of the same map. What the rule keeps:
 The slices are never copies where the next kernel can graft them: the wide output is
 stored once (it has several readers) and a slice with what follows is grafted onto the
 next kernel's loads (the concat of the block's branches, the next convolution's input
-staging). Where the rule runs (`ENV`, read at every rewrite): on by default on the cpu
-and the evaluator; on cuda only with HIDET_FRAMEWORK_HCONV=1, until it has run on the
-GPU (the project's rule for GPU code); HIDET_FRAMEWORK_HCONV=0 turns it off everywhere.
+staging on cuda). Where the rule runs (`ENV`, read at every rewrite): on by default
+on the evaluator; on the cpu and cuda only with HIDET_FRAMEWORK_HCONV=1 (why:
+`DEFAULT_TARGETS`); HIDET_FRAMEWORK_HCONV=0 turns it off everywhere.
 """
 from __future__ import annotations
 
@@ -46,7 +46,13 @@ from . import conv, unary
 from .rules_horizontal import HorizontalRule, Member, side_by_side, zeros_or
 
 ENV = "HIDET_FRAMEWORK_HCONV"
-DEFAULT_TARGETS = ("cpu", "evaluator")
+# Where the rule is on unless HIDET_FRAMEWORK_HCONV says otherwise. Not the cpu: its packed
+# direct convolution (cpu_conv_template.py) reads x through a pointer, so a slice before
+# it cannot be grafted and the group falls back to one kernel per operator (the slice
+# copied out, the convolution, the relu: three launches where one was); measured slower
+# on Inception-V3 (docs/perf_notes.md, "Horizontal conv2d fusion"). Not cuda until the
+# rule has run on the GPU (the project's rule for GPU code).
+DEFAULT_TARGETS = ("evaluator",)
 ACTIVATIONS = ("relu", "sigmoid", "tanh")  # elementwise, no attributes: one call on the wide output
 
 
@@ -123,19 +129,19 @@ class HorizontalConv2d(HorizontalRule):
 _RULE = HorizontalConv2d()
 
 
-def _default_targets(op: Operator, uses: Any) -> list[Tensor] | None:
+def _default_on(op: Operator, uses: Any) -> list[Tensor] | None:
     return _RULE.rewrite(op, uses) if enabled(True) else None
 
 
-def _cuda(op: Operator, uses: Any) -> list[Tensor] | None:
+def _opt_in(op: Operator, uses: Any) -> list[Tensor] | None:
     return _RULE.rewrite(op, uses) if enabled(False) else None
 
 
 RULES: tuple[RewriteRule, ...] = (
-    RewriteRule("fuse_horizontal_conv2d", ("conv2d", *ACTIVATIONS), _default_targets, phase=0, needs_uses=True,
+    RewriteRule("fuse_horizontal_conv2d", ("conv2d", *ACTIVATIONS), _default_on, phase=0, needs_uses=True,
                 targets=DEFAULT_TARGETS,
                 description="conv2d siblings on one input with one window as one wide conv2d and channel slices"),
-    RewriteRule("fuse_horizontal_conv2d_cuda", ("conv2d", *ACTIVATIONS), _cuda, phase=0, needs_uses=True,
-                targets=("cuda",),
-                description="fuse_horizontal_conv2d on cuda, opt-in (HIDET_FRAMEWORK_HCONV=1) until run on a GPU"),
+    RewriteRule("fuse_horizontal_conv2d_opt_in", ("conv2d", *ACTIVATIONS), _opt_in, phase=0, needs_uses=True,
+                targets=("cpu", "cuda"),
+                description="fuse_horizontal_conv2d on cpu and cuda, opt-in (HIDET_FRAMEWORK_HCONV=1): see DEFAULT_TARGETS"),
 )
