@@ -24,6 +24,8 @@ from hidet_framework.extension import rules_off
 from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
 from hidet_framework.graph.passes.rewrite_patterns import registered_rules
 
+from .run_poisoned import run_poisoned
+
 TARGETS = ["evaluator", "cpu"]
 RULES = ("fuse_horizontal_conv2d", "fuse_horizontal_conv2d_opt_in")  # evaluator; cpu and cuda
 ENV = "HIDET_FRAMEWORK_HCONV"
@@ -56,15 +58,6 @@ def _names(graph):
     return [op.name for op in graph.nodes]
 
 
-def _run(fn, graph_outputs, arrays, target):
-    if target != "cpu":
-        got = fn(*arrays)
-        return [got] if len(graph_outputs) == 1 else list(got)
-    outs = [np.full(t.shape, np.nan, t.dtype.numpy_name) for t in graph_outputs]  # poisoned
-    fn(*arrays, out=outs[0] if len(outs) == 1 else outs)
-    return outs
-
-
 @pytest.fixture
 def hconv(monkeypatch):
     """The switch on (the rule's default on the evaluator; opt-in on cpu and cuda)."""
@@ -80,7 +73,7 @@ def _check(target, outs, inputs, reference, rng, fx, rtol=1e-4, atol=1e-4):
             fn = hf.compile(graph, target=target, fusion=fusion)
             arrays = [rng.standard_normal(t.shape).astype(t.dtype.numpy_name) for t in inputs]
             want = reference(*[a.astype(np.float64) for a in arrays])
-            for got, w in zip(_run(fn, graph.outputs, arrays, target), want):
+            for got, w in zip(run_poisoned(fn, graph.outputs, arrays, target), want):
                 np.testing.assert_allclose(got, w, rtol=rtol, atol=atol)
 
 

@@ -29,6 +29,9 @@ rewrite see the matmuls) and reads who else reads `x` through the engine's
 `GraphUses` (``needs_uses``). Every member of a group is visited in the same round
 and must get slices of one wide product: the groups built in a round are kept, keyed
 by their members' output tensors, so a member met later reuses its group's product.
+That machinery is `HorizontalRule`, shared with the horizontal conv2d rule
+(``rules_horizontal_conv.py``); `HorizontalMatmul` says who the members are and how the
+wide product is built.
 """
 from __future__ import annotations
 
@@ -147,7 +150,8 @@ class HorizontalRule:
         if op.name == self.anchor_name:
             candidates = [op]
         else:  # a tail: the bias add or activation of a member?
-            candidates = [t.producer for t in op.inputs if t.producer is not None and t.producer.name == self.anchor_name]
+            candidates = [t.producer for t in op.inputs
+                          if t.producer is not None and t.producer.name == self.anchor_name]
         for anchor in candidates:
             members = self.members(anchor, uses) if anchor.inputs else None
             mine = next((k for k, m in enumerate(members or ()) if m.anchor is anchor), None)

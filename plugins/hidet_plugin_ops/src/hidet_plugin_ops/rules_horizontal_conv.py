@@ -143,5 +143,5 @@ RULES: tuple[RewriteRule, ...] = (
                 description="conv2d siblings on one input with one window as one wide conv2d and channel slices"),
     RewriteRule("fuse_horizontal_conv2d_opt_in", ("conv2d", *ACTIVATIONS), _opt_in, phase=0, needs_uses=True,
                 targets=("cpu", "cuda"),
-                description="fuse_horizontal_conv2d on cpu and cuda, opt-in (HIDET_FRAMEWORK_HCONV=1): see DEFAULT_TARGETS"),
+                description="fuse_horizontal_conv2d on cpu and cuda, opt-in: HIDET_FRAMEWORK_HCONV=1 (DEFAULT_TARGETS)"),
 )
