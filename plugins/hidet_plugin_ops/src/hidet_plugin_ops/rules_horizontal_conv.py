@@ -49,9 +49,10 @@ ENV = "HIDET_FRAMEWORK_HCONV"
 # Where the rule is on unless HIDET_FRAMEWORK_HCONV says otherwise. Not the cpu: its packed
 # direct convolution (cpu_conv_template.py) reads x through a pointer, so a slice before
 # it cannot be grafted and the group falls back to one kernel per operator (the slice
-# copied out, the convolution, the relu: three launches where one was); measured slower
-# on Inception-V3 (docs/perf_notes.md, "Horizontal conv2d fusion"). Not cuda until the
-# rule has run on the GPU (the project's rule for GPU code).
+# copied out, the convolution, the relu: three launches where one was). Measured on
+# Inception-V3 it is no faster there (x1.01, within noise; 120 -> 139 launches:
+# docs/perf_notes.md, "Horizontal conv2d fusion"). Not cuda until the rule has run on
+# the GPU (the project's rule for GPU code).
 DEFAULT_TARGETS = ("evaluator",)
 ACTIVATIONS = ("relu", "sigmoid", "tanh")  # elementwise, no attributes: one call on the wide output
 
