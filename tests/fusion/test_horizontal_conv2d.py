@@ -211,6 +211,22 @@ def test_refusals_are_right_on_cpu(case, rng, fx, hconv):
     _check("cpu", outs, inputs, reference, rng, fx)
 
 
+def test_the_same_convs_in_two_graphs_get_each_graph_s_own_wide_conv(rng, fx):
+    """The rule remembers the groups it built; the same convolutions traced into a
+    second graph where their outputs have other readers (here: returned in the first,
+    so no shared relu there) must not reuse the first graph's wide output."""
+    fx.need_target("evaluator")
+    x = hf.symbol((1, C, H, W), "float32")
+    ws = [_p(rng, o, C, 1, 1) for o in (3, 5)]
+    ps = [hf.ops.conv2d(x, hf.constant(w)) for w in ws]
+    ys = [hf.ops.relu(p) for p in ps]
+    hf.compile(hf.trace([*ys, ps[1]], inputs=[x]), target="evaluator")
+    fn = hf.compile(hf.trace(ys, inputs=[x]), target="evaluator")
+    xa = rng.standard_normal((1, C, H, W)).astype(np.float32)
+    for got, w in zip(fn(xa), ws):
+        np.testing.assert_allclose(got, np.maximum(_conv_np(xa.astype(np.float64), w), 0), rtol=1e-4, atol=1e-4)
+
+
 def test_a_conv_on_another_input_or_alone_is_left_alone(rng):
     x, z = hf.symbol((1, C, H, W), "float32"), hf.symbol((1, C, H, W), "float32")
     w = hf.constant(_p(rng, 3, C, 1, 1))

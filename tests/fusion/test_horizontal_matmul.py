@@ -200,6 +200,23 @@ def test_what_must_not_be_fused(case, rng, fx):
     assert all(np.all(np.isfinite(g)) for g in got)
 
 
+def test_the_same_matmuls_in_two_graphs_get_each_graph_s_own_wide_product(rng, fx):
+    """The rule remembers the groups it built; the same matmuls traced into a second
+    graph where a product is read only by its bias (returned as well in the first, so
+    its bias stayed after the slice there) must get that bias in the second."""
+    fx.need_target("evaluator")
+    x = hf.symbol((M, K), "float32")
+    w1, w2, b2 = _w(rng, K, 3), _w(rng, K, 5), _w(rng, 5) + 10
+    p1, p2 = hf.ops.matmul(x, hf.constant(w1)), hf.ops.matmul(x, hf.constant(w2))
+    y2 = hf.ops.add(p2, hf.constant(b2))
+    hf.compile(hf.trace([p1, y2, p2], inputs=[x]), target="evaluator")
+    fn = hf.compile(hf.trace([p1, y2], inputs=[x]), target="evaluator")
+    xa = rng.standard_normal((M, K)).astype(np.float32)
+    got = fn(xa)
+    np.testing.assert_allclose(got[0], xa.astype(np.float64) @ w1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], xa.astype(np.float64) @ w2 + b2, rtol=1e-4, atol=1e-5)
+
+
 def _split_block(rng, variant):
     x = hf.symbol((M, 3 * 7), "float32")
     pieces = hf.ops.split(x, [7, 7, 7], axis=1)

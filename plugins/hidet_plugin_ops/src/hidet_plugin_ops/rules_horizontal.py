@@ -28,7 +28,8 @@ The rule runs at phase 0 (before the CPU's weight prepacking and the im2col
 rewrite see the matmuls) and reads who else reads `x` through the engine's
 `GraphUses` (``needs_uses``). Every member of a group is visited in the same round
 and must get slices of one wide product: the groups built in a round are kept, keyed
-by their members' output tensors, so a member met later reuses its group's product.
+by their members' output tensors and the tails they are replaced at (the same anchors in
+another graph may have other tails), so a member met later reuses its group's product.
 That machinery is `HorizontalRule`, shared with the horizontal conv2d rule
 (``rules_horizontal_conv.py``); `HorizontalMatmul` says who the members are and how the
 wide product is built.
@@ -161,7 +162,9 @@ class HorizontalRule:
         return None
 
     def _wide(self, x: Tensor, members: list[Member]) -> Tensor | None:
-        key = tuple(m.anchor.outputs[0].uid for m in members)
+        # the tails are part of the key: the same anchors traced into another graph (a
+        # product returned there, say) may have other tails, so another wide result
+        key = tuple((m.anchor.outputs[0].uid, m.tail.outputs[0].uid if m.tail else None) for m in members)
         if key in self._groups:
             self._groups.move_to_end(key)
             return self._groups[key]
