@@ -27,7 +27,7 @@ from hidet_framework.graph.passes.rewrite_patterns import registered_rules
 from .run_poisoned import run_poisoned
 
 TARGETS = ["evaluator", "cpu"]
-RULES = ("fuse_horizontal_conv2d", "fuse_horizontal_conv2d_opt_in")  # evaluator; cpu and cuda
+RULES = ("fuse_horizontal_conv2d", "fuse_horizontal_conv2d_opt_in")  # cpu and evaluator; cuda
 ENV = "HIDET_FRAMEWORK_HCONV"
 C, H, W = 7, 5, 7  # prime channels, odd map (small: the evaluator interprets every element)
 
@@ -60,7 +60,7 @@ def _names(graph):
 
 @pytest.fixture
 def hconv(monkeypatch):
-    """The switch on (the rule's default on the evaluator; opt-in on cpu and cuda)."""
+    """The switch on (the rule's default on cpu and the evaluator; opt-in on cuda)."""
     monkeypatch.setenv(ENV, "1")
 
 
@@ -235,9 +235,9 @@ def test_a_conv_on_another_input_or_alone_is_left_alone(rng):
     assert names.count("conv2d") == 2 and "slice" not in names
 
 
-def test_the_switch_keeps_cpu_and_cuda_opt_in_and_turns_it_off_everywhere(rng, monkeypatch):
-    """Graph passes only (no GPU): on cuda and cpu the rule runs with HIDET_FRAMEWORK_HCONV=1
-    alone; =0 turns it off on the evaluator too."""
+def test_the_switch_keeps_cuda_opt_in_and_turns_it_off_everywhere(rng, monkeypatch):
+    """Graph passes only (no GPU): on cuda the rule runs with HIDET_FRAMEWORK_HCONV=1
+    alone; =0 turns it off on the cpu and the evaluator too."""
     pytest.importorskip("hidet_plugin_cuda")
     outs, inputs, _ = _block(rng, dtype="float16")
 
@@ -251,11 +251,11 @@ def test_the_switch_keeps_cpu_and_cuda_opt_in_and_turns_it_off_everywhere(rng, m
         return _names(_passes(cpu_outs, cpu_inputs, target)).count("slice")
 
     monkeypatch.delenv(ENV, raising=False)
-    assert anchors("cuda") == 4 and slices("cpu") == 0 and slices("evaluator") == 3
+    assert anchors("cuda") == 4 and slices("cpu") == 3 and slices("evaluator") == 3
     monkeypatch.setenv(ENV, "1")
     assert anchors("cuda") == 2 and slices("cpu") == 3
     monkeypatch.setenv(ENV, "0")
-    assert anchors("cuda") == 4 and slices("evaluator") == 0
+    assert anchors("cuda") == 4 and slices("cpu") == 0 and slices("evaluator") == 0
 
 
 @pytest.mark.cuda

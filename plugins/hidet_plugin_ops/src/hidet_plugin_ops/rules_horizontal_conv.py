@@ -31,7 +31,7 @@ The slices are never copies where the next kernel can graft them: the wide outpu
 stored once (it has several readers) and a slice with what follows is grafted onto the
 next kernel's loads (the concat of the block's branches, the next convolution's input
 staging on cuda). Where the rule runs (`ENV`, read at every rewrite): on by default
-on the evaluator; on the cpu and cuda only with HIDET_FRAMEWORK_HCONV=1 (why:
+on the cpu and the evaluator; on cuda only with HIDET_FRAMEWORK_HCONV=1 (why:
 `DEFAULT_TARGETS`); HIDET_FRAMEWORK_HCONV=0 turns it off everywhere.
 """
 from __future__ import annotations
@@ -46,14 +46,15 @@ from . import conv, unary
 from .rules_horizontal import HorizontalRule, Member, side_by_side, zeros_or
 
 ENV = "HIDET_FRAMEWORK_HCONV"
-# Where the rule is on unless HIDET_FRAMEWORK_HCONV says otherwise. Not the cpu: its packed
-# direct convolution (cpu_conv_template.py) reads x through a pointer, so a slice before
-# it cannot be grafted and the group falls back to one kernel per operator (the slice
-# copied out, the convolution, the relu: three launches where one was). Measured on
-# Inception-V3 it is no faster there (x1.01, within noise; 120 -> 139 launches:
-# docs/perf_notes.md, "Horizontal conv2d fusion"). Not cuda until the rule has run on
-# the GPU (the project's rule for GPU code).
-DEFAULT_TARGETS = ("evaluator",)
+# Where the rule is on unless HIDET_FRAMEWORK_HCONV says otherwise. The cpu: measured
+# no slower (docs/perf_notes.md, "Horizontal conv2d fusion": Inception-V3 off/on x1.013
+# and x1.024, ResNet-50 x1.017, outputs bitwise equal), though its packed direct
+# convolution (cpu_conv_template.py) reads x through a pointer, so a slice before it
+# cannot be grafted and that group falls back to one kernel per operator (the slice
+# copied out, the convolution, the relu: Inception-V3 120 -> 139 launches); the wider
+# GEMMs pay for the copies. Not cuda until the rule has run on the GPU (the project's
+# rule for GPU code): there HIDET_FRAMEWORK_HCONV=1 opts in.
+DEFAULT_TARGETS = ("cpu", "evaluator")
 ACTIVATIONS = ("relu", "sigmoid", "tanh")  # elementwise, no attributes: one call on the wide output
 
 
@@ -143,6 +144,6 @@ RULES: tuple[RewriteRule, ...] = (
                 targets=DEFAULT_TARGETS,
                 description="conv2d siblings on one input with one window as one wide conv2d and channel slices"),
     RewriteRule("fuse_horizontal_conv2d_opt_in", ("conv2d", *ACTIVATIONS), _opt_in, phase=0, needs_uses=True,
-                targets=("cpu", "cuda"),
-                description="fuse_horizontal_conv2d on cpu and cuda, opt-in: HIDET_FRAMEWORK_HCONV=1 (DEFAULT_TARGETS)"),
+                targets=("cuda",),
+                description="fuse_horizontal_conv2d on cuda, opt-in: HIDET_FRAMEWORK_HCONV=1 (DEFAULT_TARGETS)"),
 )
