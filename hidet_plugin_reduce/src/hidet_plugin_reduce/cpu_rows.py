@@ -29,9 +29,9 @@ from typing import Any, Mapping
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.mapping.task_mapping import spatial
-from hidet_framework.ir.math_functions import exp, log, sqrt
+from hidet_framework.ir.math_functions import log, sqrt
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, local_tensor, parallel, script
+from hidet_framework.lang import address_of, attrs, local_tensor, parallel, script
 
 from .row_access import RowAccess
 
@@ -267,6 +267,10 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (rows.workers * extent,))
+    # the CPU backend's exp and lane reductions (hidet_plugin_cpu/vector_math.py)
+    from hidet_plugin_cpu.primitives import ROW_LANES, own_exp, row_max, row_sum
+
+    vector_tree = lanes in ROW_LANES
 
     @script
     def softmax_rows(x: xt, y: yt, ebuf: wt):
@@ -286,29 +290,35 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                                 part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
                         for r in range(blocks * lanes, extent):
                             part[0] = maximum(part[0], acc.load(x, f32, row, r))
-                        for h in steps:
-                            for j in range(h):
-                                part[j] = maximum(part[j], part[j + h])
-                        top = part[0]
-                        for j in range(1, chain):
-                            top = maximum(top, part[j])
+                        if vector_tree:
+                            top = row_max(address_of(part[0]), lanes)
+                        else:
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = maximum(part[j], part[j + h])
+                            top = part[0]
+                            for j in range(1, chain):
+                                top = maximum(top, part[j])
                         for j in range(lanes):
                             part[j] = 0.0
                         for rb in range(blocks):
                             for j in range(lanes):
-                                e = exp(acc.load(x, f32, row, rb * lanes + j) - top)
+                                e = own_exp(acc.load(x, f32, row, rb * lanes + j) - top)
                                 ebuf[base + rb * lanes + j] = e
                                 part[j] = part[j] + e
                         for r in range(blocks * lanes, extent):
-                            e = exp(acc.load(x, f32, row, r) - top)
+                            e = own_exp(acc.load(x, f32, row, r) - top)
                             ebuf[base + r] = e
                             part[0] = part[0] + e
-                        for h in steps:
-                            for j in range(h):
-                                part[j] = part[j] + part[j + h]
-                        total = part[0]
-                        for j in range(1, chain):
-                            total = total + part[j]
+                        if vector_tree:
+                            total = row_sum(address_of(part[0]), lanes)
+                        else:
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = part[j] + part[j + h]
+                            total = part[0]
+                            for j in range(1, chain):
+                                total = total + part[j]
                         if log_form:
                             shift = top + log(total)
                             for r in range(extent):
