@@ -320,9 +320,9 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                             for j in range(1, chain):
                                 total = total + part[j]
                         if log_form:
-                            shift = top + log(total)
+                            lse = log(total)  # not max + log(sum): that loses log(sum) next to a huge max
                             for r in range(extent):
-                                acc.store(y, acc.load(x, f32, row, r) - shift, row, r)
+                                acc.store(y, (acc.load(x, f32, row, r) - top) - lse, row, r)
                         else:
                             inv = 1.0 / total
                             for r in range(extent):
