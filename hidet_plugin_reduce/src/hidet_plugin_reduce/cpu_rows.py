@@ -268,7 +268,7 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (rows.workers * extent,))
     # the CPU backend's exp and lane reductions (hidet_plugin_cpu/vector_math.py)
-    from hidet_plugin_cpu.primitives import ROW_LANES, own_exp, row_max, row_sum
+    from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, row_max
 
     vector_tree = lanes in ROW_LANES
 
@@ -287,9 +287,13 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                             part[j] = init_value("max", f32)
                         for rb in range(blocks):
                             for j in range(lanes):
-                                part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
+                                v = acc.load(x, f32, row, rb * lanes + j)
+                                ebuf[base + rb * lanes + j] = v
+                                part[j] = maximum(part[j], v)
                         for r in range(blocks * lanes, extent):
-                            part[0] = maximum(part[0], acc.load(x, f32, row, r))
+                            v = acc.load(x, f32, row, r)
+                            ebuf[base + r] = v
+                            part[0] = maximum(part[0], v)
                         if vector_tree:
                             top = row_max(address_of(part[0]), lanes)
                         else:
@@ -299,26 +303,7 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                             top = part[0]
                             for j in range(1, chain):
                                 top = maximum(top, part[j])
-                        for j in range(lanes):
-                            part[j] = 0.0
-                        for rb in range(blocks):
-                            for j in range(lanes):
-                                e = own_exp(acc.load(x, f32, row, rb * lanes + j) - top)
-                                ebuf[base + rb * lanes + j] = e
-                                part[j] = part[j] + e
-                        for r in range(blocks * lanes, extent):
-                            e = own_exp(acc.load(x, f32, row, r) - top)
-                            ebuf[base + r] = e
-                            part[0] = part[0] + e
-                        if vector_tree:
-                            total = row_sum(address_of(part[0]), lanes)
-                        else:
-                            for h in steps:
-                                for j in range(h):
-                                    part[j] = part[j] + part[j + h]
-                            total = part[0]
-                            for j in range(1, chain):
-                                total = total + part[j]
+                        total = exp_sum(address_of(ebuf[base]), top, extent)
                         if log_form:
                             lse = log(total)  # not max + log(sum): that loses log(sum) next to a huge max
                             for r in range(extent):

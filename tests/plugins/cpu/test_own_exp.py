@@ -2,7 +2,9 @@
 (``hidet_row_max_f32`` / ``hidet_row_sum_f32``) of hidet_plugin_cpu/vector_math.py,
 which the CPU softmax calls through ``primitives.own_exp`` / ``row_max`` / ``row_sum``.
 
-exp is built in a real kernel (vectorized lanes and the scalar tail of a prime-length
+``hidet_exp_sum_f32`` (``primitives.exp_sum``: a row replaced by exp(row - top), and
+its sum; vscalefps blocks with AVX-512) must give hidet_expf's bits and the sum in
+its documented order. exp is built in a real kernel (vectorized lanes and the scalar tail of a prime-length
 loop, poisoned outputs) and checked against float64 ``np.exp``: its stated ULP bound
 over every binade of the float range, both signs, denormal inputs, densely over
 [-104, 89] (denormal results, overflow), the IEEE special values exactly; natively and
@@ -18,7 +20,7 @@ import pytest
 from hidet_framework.ir.math_functions import exp
 from hidet_framework.lang import address_of, attrs, f32, i32, parallel, script
 from hidet_plugin_cpu import vector_math
-from hidet_plugin_cpu.primitives import ROW_LANES, own_exp, row_max, row_sum
+from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, own_exp, row_max, row_sum
 
 from .own_math import ISAS, build, check_defined_only_where_called, check_ulp_sweep, coefficients, run
 
@@ -130,3 +132,56 @@ def test_row_reductions_refuse_other_lane_counts(lanes):
 
     with pytest.raises(ValueError, match="lanes"):
         row_sum(Var("p", PointerType(f32)), lanes)
+
+
+def _exp_sum_kernel(count: int):
+    @script
+    def exp_sum_k(rows: i32, e: f32[rows * count], top: f32[rows], total: f32[rows]):
+        attrs.func_kind = "cpu_kernel"
+        for i in parallel(rows):
+            total[i] = exp_sum(address_of(e[i * count]), top[i], count)
+
+    return exp_sum_k
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("count", [1, 31, 32, 97, 128, 1000])
+def test_exp_sum_gives_hidet_expf_bits_and_the_documented_sum(cpu_backend, rng, isa, count, monkeypatch):
+    """Every value is hidet_expf(e - top) bit for bit (the vscalefps blocks of the
+    AVX-512 build included), special values too; the sum is 32 lane accumulators, the
+    halving tree over them, then the tail in order."""
+    _, exp_library = build(own_exp_k, "own_exp_ref", cpu_backend, isa, monkeypatch)
+    source, library = build(_exp_sum_kernel(count), f"exp_sum_{count}", cpu_backend, isa, monkeypatch)
+    assert "#ifdef __AVX512F__" in source and "static inline float hidet_expf(float x)" in source
+    assert source.index("hidet_expf(float x)") < source.index("hidet_exp_sum_f32(float* e")
+    rows = 11
+    e = (rng.standard_normal((rows, count)) * 30).astype(np.float32)
+    e[1, rng.integers(count)] = -np.inf                      # masked scores
+    e[2] = np.linspace(-140.0, 120.0, count, dtype=np.float32)  # denormal results, 0, overflow past 88.72
+    e[3, rng.integers(count)] = np.nan
+    e[4, rng.integers(count)] = np.inf
+    e[5] = -np.inf
+    top = np.max(np.where(np.isnan(e), -np.inf, e), axis=1).astype(np.float32)
+    top[2] = 0.0                                             # arguments e - top of both signs
+    top[5] = 0.0                                             # a masked row under a finite max: zeros
+    top[6] = np.nan
+    x = e.copy()
+    total = np.full(rows, 7.0, np.float32)
+    library["exp_sum_k"](rows, x.reshape(-1), top, total)
+    with np.errstate(invalid="ignore"):
+        args = (e - top[:, None]).astype(np.float32)
+    want = run(exp_library, "own_exp_k", args.reshape(-1), poison=7.0).reshape(rows, count)
+    np.testing.assert_array_equal(x, want)                   # same bits, NaN where hidet_expf gives NaN
+    blocks = count // 32 * 32
+    lanes = want[:, :blocks].reshape(rows, -1, 32)
+    acc = np.zeros((rows, 32), np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for b in range(lanes.shape[1]):
+            acc = (acc + lanes[:, b]).astype(np.float32)
+        expect = _halving(acc, lambda a, b: a + b)
+        for j in range(blocks, count):
+            expect = (expect + want[:, j]).astype(np.float32)
+    np.testing.assert_array_equal(total, expect)
+    assert x[2, 0] == 0.0 and np.all(x[5] == 0.0) and total[5] == 0.0 and np.isnan(total[6])
+    if count > 1:
+        assert x[2, -1] == np.inf and total[2] == np.inf

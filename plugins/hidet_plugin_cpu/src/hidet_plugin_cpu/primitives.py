@@ -6,7 +6,8 @@ Kernels call the core's generic builders (`exp`, `sqrt`, `fma`...), re-exported 
 they pick the variant from the argument dtypes. `own_exp` is the float32 exp of our own
 (``hidet_expf``, vector_math.py), a primitive of its own so that only the kernels that
 ask for it (the softmax) call it; `row_max` / `row_sum` reduce a kernel's lane
-accumulators with vector instructions (``hidet_row_max_f32``, vector_math.py).
+accumulators with vector instructions (``hidet_row_max_f32``, vector_math.py), and
+`exp_sum` replaces a row by ``exp(row - top)`` and sums it (``hidet_exp_sum_f32``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from hidet_framework.ir.math_functions import (  # noqa: F401  (re-exported for 
 )
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
 
-__all__ = ["C_MATH", "math_primitive", "own_exp", "row_max", "row_sum", "ROW_LANES", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs_",
+__all__ = ["C_MATH", "math_primitive", "own_exp", "exp_sum", "row_max", "row_sum", "ROW_LANES", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs_",
            "floor", "ceil", "sin", "cos", "pow_", "fmin", "fmax", "fma"]
 
 # name: C spelling, `{s}` where the float32 suffix `f` goes
@@ -79,3 +80,14 @@ def row_sum(first: Any, lanes: int):
     """The sum of the `lanes` float32 values from the address `first`, by the halving
     tree (p[j] + p[j + lanes/2], ...)."""
     return _row("sum", first, lanes)
+
+
+_EXP_SUM = register_primitive(PrimitiveFunction("own_exp_sum_f32", dtypes.float32,
+                                                {"cpu": "hidet_exp_sum_f32({0}, {1}, {2})"}))
+
+
+def exp_sum(first: Any, top: Any, count: Any):
+    """``e[j] = exp(e[j] - top)`` for the `count` float32 values from the address
+    `first` (in place), and their sum: 32 lane accumulators combined by the halving
+    tree, then the tail in order (``hidet_exp_sum_f32``, vector_math.py)."""
+    return _EXP_SUM(first, cast_if_needed(top, dtypes.float32), count)

@@ -104,6 +104,15 @@ and turned the rest into about 60 scalar shuffles and maxss/addss per tree; two 
 trees per 128-float softmax row were a quarter of its time (0.78 -> 0.61 ms for
 12288 rows, one thread, AVX-512). The max keeps ``b > a ? b : a`` per step (what
 vmaxps does, NaN included).
+
+**exp and sum of a row** ``hidet_exp_sum_f32(e, top, n)``: ``e[j] = hidet_expf(e[j] -
+top)`` in place and their sum (32 lane accumulators, ``hidet_row_sum_f32``, then the
+tail in order), the softmax's middle pass. Where gcc targets AVX-512 the blocks of 32
+are written with intrinsics: vscalefps does the two-step 2^n and both selects of
+hidet_expf in one instruction (clamping the argument to [-104, 88.8] first keeps -inf,
++inf and NaN right), otherwise the same operations in the same order, so the values
+are hidet_expf's bits (tested bit for bit). 12288 rows of 128: 0.60 -> 0.50 ms on one
+thread (Zen 4). Other ISAs get the plain loop over hidet_expf.
 """
 from __future__ import annotations
 
@@ -214,6 +223,65 @@ def _row_reduction(name: str, step) -> str:
         "}"])
 
 
+def _exp_sum() -> str:
+    """hidet_exp_sum_f32(e, top, n): e[j] = hidet_expf(e[j] - top) in place for j < n,
+    and their sum: 32 lane accumulators (lane j % 32) combined by hidet_row_sum_f32,
+    then the tail past the last multiple of 32 in order. With AVX-512 the blocks of 32
+    use vscalefps for the 2^n of hidet_expf (one instruction for the two-step scaling
+    and its selects; the clamps to [-104, 88.8] keep -inf, +inf and NaN right): the
+    same operations in the same order otherwise, so the same bits."""
+    c = [v.rstrip("f") + "f" for v in EXP_P]
+    return "\n".join([
+        "#ifdef __AVX512F__",
+        "#include <immintrin.h>",
+        "#endif",
+        "static inline float hidet_exp_sum_f32(float* e, float top, int n) {  /* vector_math.py */",
+        "    float part[32];",
+        "    int j = 0;",
+        "#ifdef __AVX512F__",
+        "    const __m512 vt = _mm512_set1_ps(top), lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.8f);",
+        "    const __m512 log2e = _mm512_set1_ps(1.44269504f), magic = _mm512_set1_ps(12582912.0f);",
+        "    const __m512 ln2_hi = _mm512_set1_ps(0.693145751953125f), ln2_lo = _mm512_set1_ps(1.42860677e-06f);",
+        f"    const __m512 c0 = _mm512_set1_ps({c[0]}), c1 = _mm512_set1_ps({c[1]}), c2 = _mm512_set1_ps({c[2]});",
+        f"    const __m512 c3 = _mm512_set1_ps({c[3]}), c4 = _mm512_set1_ps({c[4]}), one = _mm512_set1_ps(1.0f);",
+        "    __m512 s[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};",
+        "    for (; j + 32 <= n; j += 32) {",
+        "        for (int h = 0; h < 2; ++h) {",
+        "            __m512 x = _mm512_sub_ps(_mm512_loadu_ps(e + j + 16 * h), vt);",
+        "            __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, x));  /* NaN: the second operand, x */",
+        "            __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(c, log2e, magic), magic);",
+        "            __m512 r = _mm512_fnmadd_ps(nn, ln2_lo, _mm512_fnmadd_ps(nn, ln2_hi, c));",
+        "            __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(",
+        "                _mm512_fmadd_ps(c4, r, c3), r, c2), r, c1), r, c0), r, one);",
+        "            p = _mm512_scalef_ps(p, nn);",
+        "            _mm512_storeu_ps(e + j + 16 * h, p);",
+        "            s[h] = _mm512_add_ps(s[h], p);",
+        "        }",
+        "    }",
+        "    _mm512_storeu_ps(part, s[0]);",
+        "    _mm512_storeu_ps(part + 16, s[1]);",
+        "#else",
+        "    for (int l = 0; l < 32; ++l) part[l] = 0.0f;",
+        "    for (; j + 32 <= n; j += 32)",
+        "        for (int l = 0; l < 32; ++l) {",
+        "            float v = hidet_expf(e[j + l] - top);",
+        "            e[j + l] = v;",
+        "            part[l] = part[l] + v;",
+        "        }",
+        "#endif",
+        "    float total = hidet_row_sum_f32(part, 32);",
+        "    for (; j < n; ++j) {",
+        "        e[j] = hidet_expf(e[j] - top);",
+        "        total = total + e[j];",
+        "    }",
+        "    return total;",
+        "}"])
+
+
+# what an own function's definition calls: placed with it, before it
+OWN_DEPENDS = {"hidet_exp_sum_f32": ("hidet_expf", "hidet_row_sum_f32")}
+
+
 # C name -> definition, for the functions generated code gets from us, not libm
 OWN_FUNCTIONS: dict[str, str] = {
     "hidet_erff": "\n".join([
@@ -263,6 +331,7 @@ OWN_FUNCTIONS: dict[str, str] = {
         "}"]),
     "hidet_row_sum_f32": _row_reduction("hidet_row_sum_f32", _sum_step),
     "hidet_row_max_f32": _row_reduction("hidet_row_max_f32", _max_step),
+    "hidet_exp_sum_f32": _exp_sum(),
 }
 
 _LIBMVEC_SONAME = "libmvec.so.1"
@@ -325,7 +394,9 @@ def link_flags(names: tuple[str, ...]) -> tuple[str, ...]:
 def place_own_functions(source: str) -> str:
     """`source` with the definitions of the `OWN_FUNCTIONS` it calls inserted before
     its prototypes (after the includes and libmvec declarations they use)."""
-    used = [name for name in OWN_FUNCTIONS if name + "(" in source]
+    used = {name for name in OWN_FUNCTIONS if name + "(" in source}
+    used |= {d for name in list(used) for d in OWN_DEPENDS.get(name, ())}
+    used = [name for name in OWN_FUNCTIONS if name in used]  # dict order: dependencies first
     marker = "\n/* prototypes */"
     if not used or marker not in source:
         return source
