@@ -267,7 +267,7 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (rows.workers * extent,))
-    # the CPU backend's exp and lane reductions (hidet_plugin_cpu/vector_math.py)
+    # the CPU backend's exp-and-sum pass and lane reductions (hidet_plugin_cpu/row_math.py)
     from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, row_max
 
     vector_tree = lanes in ROW_LANES

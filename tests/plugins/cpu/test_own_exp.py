@@ -1,6 +1,6 @@
-"""The float32 exp of our own (``hidet_expf``) and the lane reductions
-(``hidet_row_max_f32`` / ``hidet_row_sum_f32``) of hidet_plugin_cpu/vector_math.py,
-which the CPU softmax calls through ``primitives.own_exp`` / ``row_max`` / ``row_sum``.
+"""The float32 exp of our own (``hidet_expf``, hidet_plugin_cpu/vector_math.py) and the
+lane reductions (``hidet_row_max_f32`` / ``hidet_row_sum_f32``, row_math.py), which the
+CPU softmax calls through ``primitives.own_exp`` / ``row_max`` / ``row_sum``.
 
 ``hidet_exp_sum_f32`` (``primitives.exp_sum``: a row replaced by exp(row - top), and
 its sum; vscalefps blocks with AVX-512) must give hidet_expf's bits and the sum in

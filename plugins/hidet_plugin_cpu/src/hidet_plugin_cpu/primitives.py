@@ -6,8 +6,9 @@ Kernels call the core's generic builders (`exp`, `sqrt`, `fma`...), re-exported 
 they pick the variant from the argument dtypes. `own_exp` is the float32 exp of our own
 (``hidet_expf``, vector_math.py), a primitive of its own so that only the kernels that
 ask for it (the softmax) call it; `row_max` / `row_sum` reduce a kernel's lane
-accumulators with vector instructions (``hidet_row_max_f32``, vector_math.py), and
-`exp_sum` replaces a row by ``exp(row - top)`` and sums it (``hidet_exp_sum_f32``).
+accumulators with vector instructions (``hidet_row_max_f32``, row_math.py), and
+`exp_sum` replaces a row by ``exp(row - top)`` and sums it (``hidet_exp_sum_f32``,
+row_math.py).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def own_exp(x):
     return _OWN_EXP(cast_if_needed(x, dtypes.float32))
 
 
-# lane counts the row reductions take (vector_math.py): 8 * 2^k up to 128
+# lane counts the row reductions take (row_math.py): 8 * 2^k up to 128
 ROW_LANES = (8, 16, 32, 64, 128)
 _ROW = {op: register_primitive(PrimitiveFunction(f"own_row_{op}_f32", dtypes.float32,
                                                  {"cpu": f"hidet_row_{op}_f32({{0}}, {{1}})"}))
@@ -89,5 +90,5 @@ _EXP_SUM = register_primitive(PrimitiveFunction("own_exp_sum_f32", dtypes.float3
 def exp_sum(first: Any, top: Any, count: Any):
     """``e[j] = exp(e[j] - top)`` for the `count` float32 values from the address
     `first` (in place), and their sum: 32 lane accumulators combined by the halving
-    tree, then the tail in order (``hidet_exp_sum_f32``, vector_math.py)."""
+    tree, then the tail in order (``hidet_exp_sum_f32``, row_math.py)."""
     return _EXP_SUM(first, cast_if_needed(top, dtypes.float32), count)
