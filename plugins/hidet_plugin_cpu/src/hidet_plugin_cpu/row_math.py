@@ -52,6 +52,13 @@ def _row_reduction(name: str, step) -> str:
                 f"    memcpy(&{b}, (const float*)&{v} + {width}, sizeof {b});",
                 "#endif"]
 
+    def halving(vector: str, mask: str, width: int) -> list[str]:
+        """the tree on `width`-float vectors while the halves are that wide"""
+        return [f"    {vector} w[128 / {width}];",
+                f"    for (int i = 0; i < n / {width}; ++i) memcpy(&w[i], p + {width} * i, sizeof w[i]);",
+                f"    for (int h = n / {2 * width}; h >= 1; h /= 2)",
+                f"        for (int i = 0; i < h; ++i) w[i] = {step(vector, mask, 'w[i]', 'w[i + h]')};"]
+
     return "\n".join([
         "#if !defined(HIDET_SHUFFLEVECTOR) && defined(__has_builtin)",
         "#if __has_builtin(__builtin_shufflevector)",
@@ -65,12 +72,11 @@ def _row_reduction(name: str, step) -> str:
         "    typedef int32_t i8v __attribute__((vector_size(32)));",
         "    typedef float f4v __attribute__((vector_size(16)));",
         "    typedef int32_t i4v __attribute__((vector_size(16)));",
+        "    /* vectors no wider than the ISA's: gcc splits wider ones into scalar compares */",
+        "#if defined(__AVX512F__)",
         "    f8v v;",
         "    if (n >= 16) {",
-        "        f16v w[8];",
-        "        for (int i = 0; i < n / 16; ++i) memcpy(&w[i], p + 16 * i, sizeof w[i]);",
-        "        for (int h = n / 32; h >= 1; h /= 2)",
-        f"            for (int i = 0; i < h; ++i) w[i] = {step('f16v', 'i16v', 'w[i]', 'w[i + h]')};",
+        *["    " + line for line in halving("f16v", "i16v", 16)],
         *["    " + line if not line.startswith("#") else line for line in split("w[0]", 8, "lo", "hi", "f8v")],
         f"        v = {step('f8v', 'i8v', 'lo', 'hi')};",
         "    } else {",
@@ -78,6 +84,14 @@ def _row_reduction(name: str, step) -> str:
         "    }",
         *split("v", 4, "a", "b", "f4v"),
         f"    a = {step('f4v', 'i4v', 'a', 'b')};",
+        "#elif defined(__AVX__)",
+        *halving("f8v", "i8v", 8),
+        *split("w[0]", 4, "a", "b", "f4v"),
+        f"    a = {step('f4v', 'i4v', 'a', 'b')};",
+        "#else",
+        *halving("f4v", "i4v", 4),
+        "    f4v a = w[0];",
+        "#endif",
         "    float c = a[0], d = a[1], e = a[2], f = a[3];",
         f"    c = {step('float', '', 'c', 'e')};",
         f"    d = {step('float', '', 'd', 'f')};",
