@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.type_infer import cast_if_needed
 from hidet_framework.ir.math_functions import (  # noqa: F401  (re-exported for kernels)
     abs_, ceil, cos, erf, exp, floor, fma, fmax, fmin, log, math_primitive, pow_,
     register_math_spellings, rsqrt, sin, sqrt, tanh,
 )
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
+from hidet_framework.ir.type_infer import cast_if_needed
 
-__all__ = ["C_MATH", "math_primitive", "own_exp", "exp_sum", "row_max", "row_sum", "ROW_LANES", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs_",
-           "floor", "ceil", "sin", "cos", "pow_", "fmin", "fmax", "fma"]
+__all__ = ["C_MATH", "math_primitive", "own_exp", "exp_sum", "row_max", "row_sum", "ROW_LANES", "exp", "log",
+           "sqrt", "rsqrt", "tanh", "erf", "abs_", "floor", "ceil", "sin", "cos", "pow_", "fmin", "fmax", "fma"]
 
 # name: C spelling, `{s}` where the float32 suffix `f` goes
 C_MATH = {
