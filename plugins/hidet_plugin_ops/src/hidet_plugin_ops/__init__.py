@@ -14,15 +14,16 @@ from typing import Callable
 from hidet_framework.extension import hookimpl
 
 from . import (
-    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_fold_conv2d,
-    rules_horizontal, shape_layout, shape_select, unary,
+    activations, attention, binary, conv, cpu_blocked, index_ops, pooling, rewrites, rules_attention, rules_blocked,
+    rules_fold_conv2d, rules_horizontal, shape_layout, shape_select, unary,
 )
 
 
 def operators() -> dict[str, Callable]:
     """Every operator this plugin registers, by name."""
     table: dict[str, Callable] = {}
-    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention):
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention,
+                   cpu_blocked):
         for name, fn in family.OPERATORS.items():
             if name in table:
                 raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")
@@ -42,7 +43,7 @@ def register_passes(register) -> None:
     from .cpu_conv import PACK_RULE
 
     for rule in (*rules_fold_conv2d.RULES, *rules_horizontal.RULES, PACK_RULE, *rewrites.RULES,
-                 *rules_attention.RULES):
+                 *rules_attention.RULES, *rules_blocked.RULES):
         register(rule.name, rule)
 
 
@@ -61,3 +62,7 @@ def register_templates(register) -> None:
     from .cpu_conv_template import CpuDirectConv2d
 
     register(CpuDirectConv2d.name, CpuDirectConv2d())
+    # the channel-blocked depthwise kernel (cpu_blocked.py, rules_blocked.py)
+    from .cpu_depthwise_blocked import CpuDepthwiseBlocked
+
+    register(CpuDepthwiseBlocked.name, CpuDepthwiseBlocked())
