@@ -62,7 +62,7 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
     yl = y_shape[4] if len(y_shape) == 5 else 0      # y channel-blocked (cpu_blocked.py)
     o, ow = (out_channels if yl else y_shape[1]), y_shape[3]
     ragged = o % ob != 0
-    ycap = y_shape[1] * yl      # channels of blocked y, zeros past O
+    ycb = y_shape[1] if yl else 0      # channel vectors of blocked y (zeros past O)
     b_shape = (o,) if has_bias else (1,)
     count = len(tiles)
     wide = tiles[0][1]
@@ -94,13 +94,19 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
                 if yl:
                     for j in range(width):
                         p = col0 + j
-                        for k in range(ob):
-                            oc = blk * ob + k
-                            if not ragged or oc < o:
-                                bias = b[oc] if has_bias else 0.0
-                                y[ni, oc / yl, p / ow, p % ow, oc % yl] = tile[j * ob + k] + bias
-                            elif oc < ycap:    # lanes past O: zero weights, no bias
-                                y[ni, oc / yl, p / ow, p % ow, oc % yl] = tile[j * ob + k]
+                        for v in range(ob // yl):
+                            cv = blk * (ob // yl) + v
+                            if cv < ycb:
+                                for li in range(yl):
+                                    oc = cv * yl + li
+                                    if o % yl == 0:
+                                        bias = b[oc] if has_bias else 0.0
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li] + bias
+                                    elif oc < o:
+                                        bias = b[oc] if has_bias else 0.0
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li] + bias
+                                    else:    # lanes past O: zero weights, no bias
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li]
                 else:
                     # channel-major through a second L1 buffer: each channel's pixels are
                     # then one contiguous run of y, stored as vectors (module docstring)

@@ -150,7 +150,18 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                 acc[j, v] = cast(0.0, vec)
         lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
         hi = kh if static_rows else kh_hi
-        if taps_inner:
+        if flat and bl:
+            # blocked x: channel block, then lane (no division in the loop); a pixel's
+            # channels of one block are one cache line
+            for cbk in range(_ceil_div(c, bl)):
+                for cl in range(bl if c % bl == 0 else min(bl, c - cbk * bl)):
+                    for v in static_range(nv):
+                        wv[v] = deref(cast(address_of(wp[blk, cbk * bl + cl, 0, 0, v * lanes]), vec_ptr))
+                    for j in static_range(width):
+                        xf = x[ni, cbk, (iw0 + j) / w, (iw0 + j) % w, cl]
+                        for v in static_range(nv):
+                            acc[j, v] += cast(xf, vec) * wv[v]
+        elif taps_inner:
             for ci in range(c):
                 for r in range(lo, hi):
                     ih = ih0 + r * dh
@@ -158,11 +169,7 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                         for v in static_range(nv):
                             wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
                         for j in static_range(width):
-                            if flat and bl:
-                                xf = x[ni, ci / bl, (iw0 + j) / w, (iw0 + j) % w, ci % bl]
-                                for v in static_range(nv):
-                                    acc[j, v] += cast(xf, vec) * wv[v]
-                            elif flat:
+                            if flat:
                                 xf = x[ni, ci, (iw0 + j) / w, (iw0 + j) % w]
                                 for v in static_range(nv):
                                     acc[j, v] += cast(xf, vec) * wv[v]
@@ -263,7 +270,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     item_map = spatial(n, blocks, oh) if row_inner else spatial(n, oh, blocks)
     schedule = params.get("schedule", "dynamic")
     ragged = o % ob != 0
-    ycap = y_shape[1] * yl      # channels of blocked y, zeros past O
+    ycb = y_shape[1]      # channel vectors of blocked y (zeros past O)
     b_shape = (o,) if has_bias else (1,)
 
     @script
@@ -294,13 +301,19 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                         if yl:
                             # blocked y: a pixel's channels are contiguous, whole vectors
                             for j in range(width):
-                                for t in range(ob):
-                                    oc = blk * ob + t
-                                    if not ragged or oc < o:
-                                        bias = b[oc] if has_bias else 0.0
-                                        y[ni, oc / yl, ohi, col0 + j, oc % yl] = tile[j * ob + t] + bias
-                                    elif oc < ycap:    # lanes past O: zero weights, no bias
-                                        y[ni, oc / yl, ohi, col0 + j, oc % yl] = tile[j * ob + t]
+                                for v in range(ob // yl):
+                                    cv = blk * (ob // yl) + v
+                                    if cv < ycb:
+                                        for li in range(yl):
+                                            oc = cv * yl + li
+                                            if o % yl == 0:
+                                                bias = b[oc] if has_bias else 0.0
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li] + bias
+                                            elif oc < o:
+                                                bias = b[oc] if has_bias else 0.0
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li] + bias
+                                            else:    # lanes past O: zero weights, no bias
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li]
                         else:
                             for t in range(ob):
                                 oc = blk * ob + t

@@ -95,8 +95,7 @@ def reapply_elementwise(op: Any, x: Tensor) -> Tensor | None:
 
 def _private(t: Tensor, uses: Any) -> bool:
     """`t` is read by one operator only and is not a graph output."""
-    readers = uses.readers(t)
-    return readers is not None and len(readers) == 1 and not uses.is_output(t)
+    return uses.reader_count(t) == 1 and not uses.is_output(t)
 
 
 def _chain_back(t: Tensor, uses: Any, stop: Any) -> tuple[Any, list] | None:
