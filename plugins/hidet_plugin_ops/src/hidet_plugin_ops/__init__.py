@@ -14,7 +14,7 @@ from typing import Callable
 from hidet_framework.extension import hookimpl
 
 from . import (
-    activations, attention, binary, conv, cpu_blocked, index_ops, pooling, rewrites, rules_attention, rules_blocked,
+    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_blocked,
     rules_fold_conv2d, rules_horizontal, shape_layout, shape_select, unary,
 )
 
@@ -22,8 +22,7 @@ from . import (
 def operators() -> dict[str, Callable]:
     """Every operator this plugin registers, by name."""
     table: dict[str, Callable] = {}
-    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention,
-                   cpu_blocked):
+    for family in (unary, binary, shape_layout, shape_select, pooling, conv, activations, index_ops, attention):
         for name, fn in family.OPERATORS.items():
             if name in table:
                 raise RuntimeError(f"operator {name!r} is defined twice in hidet_plugin_ops")

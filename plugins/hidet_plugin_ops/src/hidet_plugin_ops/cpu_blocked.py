@@ -20,6 +20,9 @@ Operators (all float32 on the CPU path; their math is defined for any dtype):
 - ``conv2d_depthwise_blocked(xb, wpk, bpk, stride, padding, dilation)``: the depthwise
   convolution (one channel per group, multiplier 1) from blocked to blocked; its
   kernel is `cpu_depthwise_blocked.py`.
+
+Like ``conv2d_packed`` (`cpu_conv.py`) they are made by rewrite rules, not registered
+as user-facing operators (``hidet_framework.ops``).
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from .common import describe, load, make_operator, require_tensor
 from .pooling import Window2d, window_origin
 
 __all__ = ["TO_BLOCKED", "FROM_BLOCKED", "BLOCKED_PACK", "DEPTHWISE_BLOCKED", "blocked_lanes", "to_blocked",
-           "from_blocked", "blocked_pack", "conv2d_depthwise_blocked", "OPERATORS"]
+           "from_blocked", "blocked_pack", "conv2d_depthwise_blocked"]
 
 TO_BLOCKED = "to_blocked"
 FROM_BLOCKED = "from_blocked"
@@ -162,6 +165,3 @@ def conv2d_depthwise_blocked(xb: Tensor, wpk: Tensor, bpk: Tensor | None, stride
     attributes = {"stride": stride, "padding": padding, "dilation": dilation}
     return make_operator(DEPTHWISE_BLOCKED, inputs, nodes, [y], attributes)[0]
 
-
-OPERATORS = {TO_BLOCKED: to_blocked, FROM_BLOCKED: from_blocked, BLOCKED_PACK: blocked_pack,
-             DEPTHWISE_BLOCKED: conv2d_depthwise_blocked}

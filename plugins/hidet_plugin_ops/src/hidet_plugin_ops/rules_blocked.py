@@ -2,28 +2,27 @@
 
 MobileNet-style blocks run ``1x1 expansion → clip → depthwise 3x3 → clip → 1x1
 projection``. On the CPU (rules with ``targets=("cpu",)``, phase 2: after the weights
-of the 1x1s are packed, `cpu_conv.PACK_RULE`):
+of the convolutions are packed, `cpu_conv.PACK_RULE`):
 
 1. `blocked_depthwise`: a float32 depthwise conv2d (multiplier 1, constant weights)
-   becomes ``from_blocked(conv2d_depthwise_blocked(xb, blocked_pack(W), blocked_pack(b)))``
-   (`cpu_blocked.py`; L the machine's float32 lanes). ``xb`` is where the input comes
-   from: where x is ``conv2d_packed(...)`` followed only by elementwise operators
-   (the clip), each read by the next alone and none a graph output, that convolution is
-   rebuilt to write the blocked layout (``out_lanes``) and the elementwise operators
-   are applied to the blocked tensor; otherwise ``to_blocked(x)``.
+   whose input is a ``conv2d_packed`` followed only by elementwise operators (the
+   clip), and whose output reaches a 1x1 ``conv2d_packed`` over elementwise operators
+   only, each tensor on the way read by the next operator alone and none a graph
+   output, becomes ``from_blocked(conv2d_depthwise_blocked(xb, blocked_pack(W),
+   blocked_pack(b)))`` (`cpu_blocked.py`; L the machine's float32 lanes), where ``xb``
+   is the producing convolution rebuilt to write the blocked layout (``out_lanes``)
+   with the elementwise operators applied to the blocked tensor.
 2. `blocked_pointwise_input`: a 1x1 stride-1 ``conv2d_packed`` whose input is
    ``from_blocked(t)`` followed only by elementwise operators, each read by the next
    alone and none a graph output, reads the blocked ``t`` (the elementwise operators
    applied to it) and writes NCHW as before.
-3. `blocked_roundtrip`: ``to_blocked(from_blocked(t))`` of the same lanes is ``t``
-   (the lanes past C: `to_blocked` makes them zero; the depthwise and 1x1 kernels
-   write zeros there too, so the values are equal).
 
-So the layout exists only between an expansion and a projection; a conversion is
-left (as an operator the fusion engine grafts onto a neighbour where it can) only
-where a neighbour cannot take the blocked form or its tensor is read elsewhere.
-Elementwise operators move across a conversion only when they read one tensor at the
-output's own index (their math does not depend on the layout).
+So the layout exists only inside a block, between a convolution that writes it and a
+1x1 that reads it, with no conversion kernel; a depthwise convolution anywhere else
+(a graph input, a consumer that cannot read the layout, a tensor read twice or
+returned) keeps its NCHW kernel. Elementwise operators move into the layout only when
+they read one tensor at the output's own index (their math does not depend on it).
+The lanes past C hold zeros (zero weights and bias) and are never read as channels.
 """
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ from hidet_framework.ir.expr import Expr, TensorElement, const, var
 
 from .common import load, make_operator
 from .cpu_blocked import (
-    FROM_BLOCKED, TO_BLOCKED, blocked_lanes, blocked_pack, conv2d_depthwise_blocked, from_blocked,
-    to_blocked,
+    FROM_BLOCKED, blocked_lanes, blocked_pack, conv2d_depthwise_blocked, from_blocked,
 )
 from .cpu_conv import PACKED_OPERATOR, conv2d_packed
 
@@ -95,7 +93,37 @@ def reapply_elementwise(op: Any, x: Tensor) -> Tensor | None:
 
 def _private(t: Tensor, uses: Any) -> bool:
     """`t` is read by one operator only and is not a graph output."""
-    return uses.reader_count(t) == 1 and not uses.is_output(t)
+    return _only_reader(t, uses) is not None
+
+
+def _only_reader(t: Tensor, uses: Any) -> Any:
+    """The one operator reading `t` (at input 0) where `t` is not a graph output; else None."""
+    readers = uses.original_readers(t)
+    if readers is None or len(readers) != 1 or uses.is_output(t) or readers[0][1] != 0:
+        return None
+    return readers[0][0]
+
+
+def _is_pointwise(op: Any) -> bool:
+    """A 1x1 stride-1 unpadded ``conv2d_packed``: the template reads a blocked x there."""
+    if op.name != PACKED_OPERATOR:
+        return False
+    a = op.attributes
+    return tuple(op.inputs[1].shape[2:4]) == (1, 1) and tuple(a["stride"]) == (1, 1) \
+        and tuple(a["padding"]) == (0,) * 4
+
+
+def _feeds_pointwise(t: Tensor, uses: Any) -> bool:
+    """`t` reaches a `_is_pointwise` convolution over private elementwise operators only."""
+    while True:
+        op = _only_reader(t, uses)
+        if op is None:
+            return False
+        if _is_pointwise(op) and op.inputs[0].rank == 4:
+            return True
+        if _elementwise_form(op) is None:
+            return False
+        t = op.outputs[0]
 
 
 def _chain_back(t: Tensor, uses: Any, stop: Any) -> tuple[Any, list] | None:
@@ -145,19 +173,18 @@ def blocked_depthwise(op: Any, uses: Any) -> list[Tensor] | None:
             or not weight.computed_from_constants() or (bias is not None and not bias.computed_from_constants()):
         return None
     lanes = _target_lanes()
-    if lanes < 2:
-        return None
-    xb = None
     found = _chain_back(x, uses, _is_plain_packed)
-    if found is not None:
-        conv, chain = found
-        p = conv.inputs
-        ca = conv.attributes
-        yb = conv2d_packed(p[0], p[1], p[2] if len(p) > 2 else None, ca["out_channels"], ca["stride"], ca["padding"],
-                           ca["dilation"], out_lanes=lanes)
-        xb = _apply_chain(chain, yb)
+    # only inside a block: the producer writes the layout and a 1x1 consumer reads it
+    if lanes < 2 or found is None or not _feeds_pointwise(op.outputs[0], uses):
+        return None
+    conv, chain = found
+    p = conv.inputs
+    ca = conv.attributes
+    yb = conv2d_packed(p[0], p[1], p[2] if len(p) > 2 else None, ca["out_channels"], ca["stride"], ca["padding"],
+                       ca["dilation"], out_lanes=lanes)
+    xb = _apply_chain(chain, yb)
     if xb is None:
-        xb = to_blocked(x, lanes)
+        return None
     y = conv2d_depthwise_blocked(xb, blocked_pack(weight, lanes), blocked_pack(bias, lanes) if bias is not None else None,
                                  a["stride"], a["padding"], a["dilation"])
     out = from_blocked(y, c)
@@ -165,12 +192,9 @@ def blocked_depthwise(op: Any, uses: Any) -> list[Tensor] | None:
 
 
 def blocked_pointwise_input(op: Any, uses: Any) -> list[Tensor] | None:
-    if op.name != PACKED_OPERATOR or op.inputs[0].rank != 4:
+    if not _is_pointwise(op) or op.inputs[0].rank != 4:
         return None
     a = op.attributes
-    kh, kw = op.inputs[1].shape[2:4]
-    if (kh, kw) != (1, 1) or tuple(a["stride"]) != (1, 1) or tuple(a["padding"]) != (0,) * 4:
-        return None
     found = _chain_back(op.inputs[0], uses, lambda p: p.name == FROM_BLOCKED)
     if found is None:
         return None
@@ -183,21 +207,9 @@ def blocked_pointwise_input(op: Any, uses: Any) -> list[Tensor] | None:
                           a["dilation"], out_lanes=a.get("out_lanes", 0))]
 
 
-def blocked_roundtrip(op: Any) -> list[Tensor] | None:
-    src = op.inputs[0].producer
-    if op.name != TO_BLOCKED or src is None or src.name != FROM_BLOCKED:
-        return None
-    t = src.inputs[0]
-    if t.shape[4] != op.attributes["lanes"] or tuple(t.shape) != tuple(op.outputs[0].shape):
-        return None
-    return [t]
-
-
 RULES = (
     RewriteRule("cpu_blocked_depthwise", ("conv2d",), blocked_depthwise, phase=2, needs_uses=True, targets=("cpu",),
                 description="float32 depthwise conv2d in the channel-blocked layout, its producing conv writing it"),
     RewriteRule("cpu_blocked_pointwise_input", (PACKED_OPERATOR,), blocked_pointwise_input, phase=2, needs_uses=True,
                 targets=("cpu",), description="a 1x1 conv2d_packed reads a blocked tensor in place of from_blocked"),
-    RewriteRule("cpu_blocked_roundtrip", (TO_BLOCKED,), blocked_roundtrip, phase=2, targets=("cpu",),
-                description="to_blocked(from_blocked(t)) is t"),
 )
