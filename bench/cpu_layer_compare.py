@@ -35,7 +35,8 @@ THREADS = threads_from_argv(sys.argv)
 
 import numpy as np  # noqa: E402  (after the thread variables)
 
-from cpu_model_profile import bound_launches, materialize, profile  # noqa: E402
+from cpu_model_profile import bound_launches, profile  # noqa: E402
+from shared_models import materialize  # noqa: E402
 from models import _inputs, _shared_dir  # noqa: E402
 from ops_cpu import machine_line  # noqa: E402
 

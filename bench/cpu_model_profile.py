@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,13 +39,7 @@ import numpy as np  # noqa: E402  (after the thread variables)
 
 from models import _inputs, _shared_dir  # noqa: E402  (bench/models.py's input feed and shared folder)
 from ops_cpu import machine_line  # noqa: E402
-
-
-def materialize(shared: str, name: str, folder: str) -> str:
-    out = os.path.join(folder, name + ".onnx")
-    subprocess.run([sys.executable, os.path.join(shared, "tools", "materialize_onnx.py"),
-                    os.path.join(shared, "models", name + ".onnx"), out], check=True)
-    return out
+from shared_models import materialize  # noqa: E402
 
 
 def timed(fn, gap_s: float, clock=time.perf_counter) -> float:

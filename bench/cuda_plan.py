@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import _shared_dir  # noqa: E402
+from shared_models import materialized  # noqa: E402
 
 
 def plan(path: str, show_groups: bool, dump: str = "", prefix: str = "") -> int:
@@ -89,12 +88,8 @@ def main() -> int:
     parser.add_argument("--groups", action="store_true")
     parser.add_argument("--dump", default="", help="write each distinct kernel's CUDA source here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        for name in args.models.split(","):
-            source = os.path.join(args.shared, "models", f"{name}.onnx")
-            path = os.path.join(scratch, f"{name}.onnx")
-            subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
-                           check=True)
+    for name in args.models.split(","):
+        with materialized(args.shared, name) as path:
             if args.dump:
                 os.makedirs(args.dump, exist_ok=True)
             print(f"{name}: {plan(path, args.groups, args.dump, name + '_')} launches per inference (cuda, fp16, space 0, offline)")

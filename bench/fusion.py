@@ -38,12 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import MODELS, _inputs, _shared_dir, cpu_description  # noqa: E402
+from shared_models import materialize  # noqa: E402
 
 FUSION_RULES = ("fuse_attention", "fold_batch_norm_into_conv2d", "fold_scale_into_conv2d", "fold_shift_into_conv2d",
                 "fuse_horizontal_matmul", "split_to_slices")
@@ -196,10 +196,7 @@ def main() -> int:
           f"buffers' sizes (inputs, weights, outputs, workspaces)", flush=True)
     rows = []
     for name in args.models.split(","):
-        source = os.path.join(args.shared, "models", f"{name}.onnx")
-        path = os.path.join(scratch, f"{name}.onnx")
-        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
-                       check=True)
+        path = materialize(args.shared, name, scratch)
         row = measure(path, args.target, not args.no_check, tuple(args.configs.split(",")))
         os.remove(path)
         rows.append(row)

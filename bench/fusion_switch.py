@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +33,7 @@ THREADS = threads_from_argv(sys.argv, default=1)  # before numpy and our kernel 
 import numpy as np  # noqa: E402
 
 from models import _shared_dir, cpu_description  # noqa: E402
+from shared_models import materialized  # noqa: E402
 from models_cuda import _error, _inputs, _kernels, _numpy, _time_interleaved  # noqa: E402
 
 
@@ -125,12 +124,8 @@ def main() -> int:
         parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
     if args.target == "cpu":
         print(f"cpu: {cpu_description()}", flush=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        for name in args.models.split(","):
-            source = os.path.join(args.shared, "models", f"{name}.onnx")
-            path = os.path.join(scratch, f"{name}.onnx")
-            subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
-                           check=True)
+    for name in args.models.split(","):
+        with materialized(args.shared, name) as path:
             compare(path, args.switches.split(","), args)
     return 0
 

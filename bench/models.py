@@ -30,22 +30,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-MODELS = ["resnet50", "mobilenet_v2", "inception_v3", "bert_base_s128", "gpt2_s128"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _shared_dir() -> str:
-    """``../shared`` next to the repository (or a worktree's main checkout)."""
-    for base in (os.path.join(ROOT, ".."), os.path.join(ROOT, "..", "..")):
-        candidate = os.path.abspath(os.path.join(base, "shared"))
-        if os.path.isdir(os.path.join(candidate, "models")):
-            return candidate
-    return os.path.abspath(os.path.join(ROOT, "..", "shared"))
+from shared_models import MODELS, materialize  # noqa: E402  (MODELS: fusion.py imports it from here)
+from shared_models import shared_dir as _shared_dir  # noqa: E402
 
 
 def cpu_description() -> str:
@@ -161,10 +151,7 @@ def main() -> int:
           flush=True)
     rows = []
     for name in args.models.split(","):
-        source = os.path.join(args.shared, "models", f"{name}.onnx")
-        path = os.path.join(scratch, f"{name}.onnx")
-        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
-                       check=True)
+        path = materialize(args.shared, name, scratch)
         row = bench_model(path, args)
         os.remove(path)
         rows.append(row)
@@ -191,10 +178,7 @@ def main_cuda(args) -> int:
           f"cache {'kept' if args.keep_cache else 'fresh'}; {os.cpu_count()} cpus", flush=True)
     rows = []
     for name in args.models.split(","):
-        source = os.path.join(args.shared, "models", f"{name}.onnx")
-        path = os.path.join(scratch, f"{name}.onnx")
-        subprocess.run([sys.executable, os.path.join(args.shared, "tools", "materialize_onnx.py"), source, path],
-                       check=True)
+        path = materialize(args.shared, name, scratch)
         for batch in [int(b) for b in args.batches.split(",")]:
             model_path = batched_copy(path, batch, os.path.join(scratch, f"{name}_b{batch}.onnx"))
             row = bench_model_cuda(model_path, batch, args, started)
