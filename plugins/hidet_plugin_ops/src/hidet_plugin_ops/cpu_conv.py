@@ -13,8 +13,10 @@ once while compiling: the graph keeps W as ``[ceil(O/ob), C, KH, KW, ob]`` block
 past O), ``ob`` output channels contiguous: ``ob / lanes`` SIMD vectors, the vector
 width read from the machine (`block_width`). ``conv2d_packed`` keeps conv2d's
 activation layout, NCHW in and NCHW out, so no layout conversion is needed anywhere
-in the graph (the blocked layout is the weights' only); its template is the direct
-convolution of `cpu_conv_template.py`.
+in the graph; its template is the direct convolution of `cpu_conv_template.py`.
+Inside MobileNet-style blocks the rules of `rules_blocked.py` make it write
+(``out_lanes``) or read (a rank-5 x) the channel-blocked activation layout of
+`cpu_blocked.py` instead.
 
 Depthwise convolutions keep their own schedule (`cpu_depthwise_conv.py`); grouped
 ones and those with weights that are not constants keep the im2col + matmul rewrite.

@@ -42,6 +42,12 @@ a descheduled thread delays only the row it holds. Space (from the machine only)
 
 Fusion: x and the bias are read through element reads, y written by element stores,
 each element exactly once; the packed weights (a folded constant) are read as vectors.
+
+Channel-blocked activations (`cpu_blocked.py`, made by `rules_blocked.py`): a rank-5 y
+(``out_lanes``) is stored pixel by pixel, a vector's lanes innermost (whole vectors,
+contiguous in the tile and in y); a rank-5 x is read as x[n, c / L, h, w, c % L] (the
+flat form walks channel blocks, then lanes). Both take the direct or flat form, never
+the pointwise one (its pixel vectors are not contiguous in the blocked layout).
 """
 from __future__ import annotations
 
