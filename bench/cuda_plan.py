@@ -9,8 +9,8 @@ launches. Nothing is built or run.
 
 Prints, per model, the launches per inference and, with ``--groups``, each operator
 (fused groups as ``prologue -> [anchor] -> epilogue``) with its kernels' names.
-Set HIDET_FRAMEWORK_FUSE_MULTIUSE=1 to see the opt-in epilogue DAGs
-(``hidet_framework/fusion/epilogue_dag.py``).
+HIDET_FRAMEWORK_FUSE_MULTIUSE=0 / HIDET_FRAMEWORK_VIEW_EPILOGUE=0 show the plan without
+the epilogue DAGs / view epilogues (``hidet_framework/fusion/``), both on by default on cuda.
 """
 from __future__ import annotations
 

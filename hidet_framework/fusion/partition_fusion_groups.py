@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from hidet_framework.fusion.compose_task import compose_task
 from hidet_framework.fusion.epilogue_dag import EpilogueDag, find_epilogue_dag, multiuse_enabled
+from hidet_framework.fusion.view_epilogue import view_epilogue_enabled
 from hidet_framework.fusion.graft_epilogue import epilogue_form
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Member, Source
 from hidet_framework.graph.flow_graph import FlowGraph
@@ -154,7 +155,8 @@ class _Partition:
                 self._grow_prologue(self._new_group(op), op)
 
 
-def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup, list[Tensor], list[Tensor]]:
+def _describe_group(parts: dict, position: dict[int, int],
+                    views: bool = False) -> tuple[FusionGroup, list[Tensor], list[Tensor]]:
     """The FusionGroup of one partition, its external input tensors and its outputs."""
     anchor = parts["anchor"]
     roles = {id(anchor): "anchor"}
@@ -181,7 +183,7 @@ def _describe_group(parts: dict, position: dict[int, int]) -> tuple[FusionGroup,
         members.append(Member(op.name, op.task, dict(op.attributes), roles[id(op)], sources))
     last = parts["epilogue"][-1] if parts["epilogue"] else anchor
     outputs = tuple((index[id(last)], o) for o in range(len(last.outputs)))
-    group = FusionGroup(members, index[id(anchor)], outputs, len(inputs))
+    group = FusionGroup(members, index[id(anchor)], outputs, len(inputs), views=views)
     return group, inputs, [last.outputs[o] for _, o in outputs]
 
 
@@ -189,6 +191,7 @@ def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = Non
     ctx = ctx or GraphPassContext()
     partition = _Partition(graph, ctx.target)
     partition.run()
+    views = view_epilogue_enabled(ctx.target)  # view_epilogue.py: by target, or the switch
     position = partition.position  # graph order, and each epilogue DAG at its sink's place
     last_member: dict[int, int] = {}  # group index -> position of its last member
     for op in graph.nodes:
@@ -203,7 +206,7 @@ def partition_fusion_groups(graph: FlowGraph, ctx: GraphPassContext | None = Non
             continue
         if position[id(op)] != last_member[g]:
             continue  # the fused operator is built at the group's last member: its inputs exist by then
-        group, inputs, outputs = _describe_group(parts, position)
+        group, inputs, outputs = _describe_group(parts, position, views)
         inputs = [rebuild.resolve(t) for t in inputs]
         task = compose_task(group, [t.shape for t in inputs], [t.dtype for t in inputs])
         new = Operator(FUSED_OPERATOR, inputs, task, {GROUP_ATTRIBUTE: group})

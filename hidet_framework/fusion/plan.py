@@ -66,12 +66,15 @@ class FusionGroup:
     :param anchor: index of the anchor in `members`.
     :param outputs: the group outputs as (member index, output index) pairs.
     :param num_inputs: how many group inputs the members' `Source`s refer to.
+    :param views: whether views ending the chain rename the anchor's buffer rather than
+        graft (``view_epilogue.py``; decided by the partition from the target).
     """
 
     members: tuple = attrs.field(converter=tuple)
     anchor: int
     outputs: tuple = attrs.field(converter=tuple)
     num_inputs: int
+    views: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def anchor_member(self) -> Member:

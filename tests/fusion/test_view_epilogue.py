@@ -1,4 +1,4 @@
-"""Views after an anchor (``fusion/view_epilogue.py``, opt-in HIDET_FRAMEWORK_VIEW_EPILOGUE=1):
+"""Views after an anchor (``fusion/view_epilogue.py``; on by default on cuda, HIDET_FRAMEWORK_VIEW_EPILOGUE=1/0 elsewhere):
 a group whose members after the anchor are all reshapes of the anchor's output
 schedules the anchor as a lone operator (no graft: its vector stores stay) and renames
 the output buffer; anything else after the anchor keeps the graftable kernel.
@@ -102,6 +102,21 @@ def test_a_group_with_a_graft_keeps_the_graftable_kernel(case, fx, rng, views):
                         lambda av, bv: [ref(av @ bv, c.storage)], rng)
     (group,) = _groups(fused)
     assert view_tail(group) == [] and group.anchor_attributes()[ANCHOR_ATTRIBUTE] is True, group.describe()
+
+
+@pytest.mark.parametrize("target,renamed", [("cuda", True), ("cpu", False), ("evaluator", False), (None, False)])
+def test_by_default_on_for_cuda_only(target, renamed, fx, monkeypatch):
+    """The partition, run offline for each target: the group records the decision."""
+    from hidet_framework.fusion import FUSION_PASSES
+    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+
+    monkeypatch.delenv(ENV_VIEW_EPILOGUE, raising=False)
+    fx.need_ops("matmul", "reshape")
+    a, bm = hf.symbol((6, 5), "float32"), hf.symbol((5, 10), "float32")
+    graph = run_graph_passes(hf.trace([hf.ops.reshape(hf.ops.matmul(a, bm), [60])], inputs=[a, bm]),
+                             GraphPassContext(target=target), GRAPH_PASSES + FUSION_PASSES)
+    (group,) = [op.attributes[GROUP_ATTRIBUTE] for op in graph.nodes if GROUP_ATTRIBUTE in op.attributes]
+    assert group.views is renamed and (view_tail(group) != []) is renamed, group.describe()
 
 
 def test_without_the_switch_nothing_changes(fx, rng, monkeypatch):
