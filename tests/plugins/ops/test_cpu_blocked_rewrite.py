@@ -181,3 +181,25 @@ def test_avx2_blocks_are_eight_lanes(tmp_path, rng):
     assert "lanes 8" in outs["avx2"][1], outs["avx2"][1]
     ref = outs["native"][0]
     assert np.abs(outs["avx2"][0] - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_a_chain_of_blocks_is_rewritten_within_the_round_bound(rng):
+    """MobileNet has 17 blocks, each downstream of the last one's rewrite: the rules
+    decide privacy across the round's rebuilds (GraphUses.original_readers), so every
+    block is blocked without reaching the 16-round bound (its warning is an error)."""
+    import warnings
+
+    from hidet_framework.graph.passes.base import GraphPassContext
+    from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
+
+    x = hf.symbol((1, 4, 6, 6), "float32")
+    t = x
+    blocks = 18
+    for _ in range(blocks):
+        t = _block(t, _weights(rng, 4, 8), 1)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        graph = rewrite_patterns(hf.trace(t, [x]), GraphPassContext(target="cpu"))
+    names = [op.name for op in graph.nodes]
+    assert names.count("conv2d_depthwise_blocked") == blocks
+    assert "conv2d" not in names and "from_blocked" not in names and "to_blocked" not in names
