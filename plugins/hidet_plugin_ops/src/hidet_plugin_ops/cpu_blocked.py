@@ -37,7 +37,7 @@ from .common import describe, load, make_operator, require_tensor
 from .pooling import Window2d, window_origin
 
 __all__ = ["TO_BLOCKED", "FROM_BLOCKED", "BLOCKED_PACK", "DEPTHWISE_BLOCKED", "blocked_lanes", "to_blocked",
-           "from_blocked", "blocked_pack", "conv2d_depthwise_blocked"]
+           "from_blocked", "blocked_pack", "conv2d_depthwise_blocked", "read_padded_at"]
 
 TO_BLOCKED = "to_blocked"
 FROM_BLOCKED = "from_blocked"
@@ -54,7 +54,7 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _read_padded(x, head: list, h, w, tail: list, hw: tuple, fill):
+def read_padded_at(x, head: list, h, w, tail: list, hw: tuple, fill):
     """``x[*head, h, w, *tail]`` or `fill` outside the image (pooling.read_padded's rule)."""
     inside = logical_and(BinaryOp("le", const(0), h), BinaryOp("lt", h, const(hw[0])),
                          BinaryOp("le", const(0), w), BinaryOp("lt", w, const(hw[1])))
@@ -153,7 +153,7 @@ def conv2d_depthwise_blocked(xb: Tensor, wpk: Tensor, bpk: Tensor | None, stride
         def product(i, j):
             hh = h0 + i * dilation[0] if dilation[0] != 1 else h0 + i
             ww = w0 + j * dilation[1] if dilation[1] != 1 else w0 + j
-            xv = _read_padded(xn, [ni, bi], hh, ww, [li], (h, w), const(0, xb.dtype))
+            xv = read_padded_at(xn, [ni, bi], hh, ww, [li], (h, w), const(0, xb.dtype))
             return xv * load(wn, [bi, i, j, li])
 
         value = reduce([kh, kw], product, "sum")

@@ -33,7 +33,7 @@ from hidet_framework.ir.expr import const, if_then_else
 
 from .common import describe, load, make_operator, require_tensor
 from .pooling import Window2d, read_padded, window_origin
-from .cpu_blocked import _read_padded as read_padded_at
+from .cpu_blocked import read_padded_at
 
 __all__ = ["PACK_OPERATOR", "PACKED_OPERATOR", "block_width", "pack_conv_weight", "conv2d_packed",
            "pack_conv2d_weights", "PACK_RULE"]
