@@ -8,9 +8,15 @@ Why: with few rows (M of 16 to a few hundred) the plain SIMT grid has only
 quarter of the H200's 132 SMs; cutting K fills the machine while each block still
 streams 16-deep tiles through shared memory. The space: the SIMT thread tiles with the
 fewest rows per block (what short M needs), times split factors 2 to 16.
+
+Opt-in until they have run on the H200 (`cuda_simt_vec`): ``"vec": 1`` candidates
+(HIDET_FRAMEWORK_SIMT_VEC=1: 16-byte operand loads, cp.async B, float4 partials) and
+``"vec": 1, "cluster": 1`` ones (HIDET_FRAMEWORK_SIMT_CLUSTER=1: the slices of a tile
+sum through distributed shared memory, one launch, no workspace).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
@@ -18,8 +24,12 @@ from hidet_framework.schedule.template import Template
 
 from hidet_plugin_matmul.cuda_matmul_common import task_dtype
 from hidet_plugin_matmul.cuda_simt import _legal, build_simt_module, simt_config, simt_split_plan
+from hidet_plugin_matmul.cuda_simt_vec import vec_applies
 from hidet_plugin_matmul.operators import MatmulOperands
 
+VEC_ENV = "HIDET_FRAMEWORK_SIMT_VEC"  # "1": the vector-form candidates join the space (opt-in: not yet run on a GPU)
+CLUSTER_ENV = "HIDET_FRAMEWORK_SIMT_CLUSTER"  # "1": the cluster-reduce candidates join too (same rule)
+MAX_CLUSTER = 8  # blocks of a portable thread-block cluster
 MIN_K = 512  # below this a slice is too short to pay for the second launch
 SPLITS = (2, 4, 8, 16)
 DEFAULT = {"thread_m": 4, "thread_n": 8, "warps_m": 2, "warps_n": 2, "lanes_m": 4, "lanes_n": 8,
@@ -50,7 +60,42 @@ def splitk_space(target: Any, level: int) -> list[dict]:
             q = dict(p, split_k=split)
             if q not in out:
                 out.append(q)
+    if os.environ.get(VEC_ENV) == "1":
+        out += splitk_vec_candidates(target, level)
+    if os.environ.get(CLUSTER_ENV) == "1":
+        out += splitk_cluster_candidates(target, level)
     return out[:30] if level == 1 else out
+
+
+def splitk_cluster_candidates(target: Any, level: int) -> list[dict]:
+    """The vector form whose slices reduce through a thread-block cluster (sm_90): one
+    launch, no workspace; the 8x8 tiles with 4 and 8 slices."""
+    if level < 2 or _compute_major(target) < 9:
+        return []
+    return [dict(p, cluster=1) for p in splitk_vec_candidates(target, level)
+            if p["thread_m"] == 8 and p["split_k"] <= MAX_CLUSTER]
+
+
+def _compute_major(target: Any) -> int:
+    """The target's compute capability major (9 for the offline H200 default)."""
+    cc = target.get("compute_capability") if hasattr(target, "get") else None
+    return int(cc[0]) if cc else 9
+
+
+def splitk_vec_candidates(target: Any, level: int) -> list[dict]:
+    """The vector form (`cuda_simt_vec`): the 8x8 thread tiles (the most FMAs per shared
+    load) and the 4x8 ones, BK 8 and 16, split 4 to 16; level 1 (and 0) takes none."""
+    if level < 2:
+        return []
+    out = []
+    for tm, tn in ((8, 8), (4, 8)):
+        for wm, wn in ((2, 2), (1, 4), (2, 4)):
+            for bk in (8, 16):
+                p = {"thread_m": tm, "thread_n": tn, "warps_m": wm, "warps_n": wn, "lanes_m": 4, "lanes_n": 8,
+                     "block_k": bk, "vec": 1}
+                if _legal(p, target):
+                    out += [dict(p, split_k=split) for split in SPLITS[1:]]
+    return out
 
 
 class CudaSimtSplitKMatmul(Template):
@@ -76,14 +121,19 @@ class CudaSimtSplitKMatmul(Template):
         ops = MatmulOperands(attributes)
         p = dict(DEFAULT, **params)
         _, splits = simt_split_plan(ops.k, p["block_k"], p["split_k"])
+        vec = vec_applies(ops, p, attributes)
+        cluster = vec and bool(p.get("cluster")) and 1 < splits <= MAX_CLUSTER
         name = (f"matmul_simt_sk_{ops.key()}_t{p['thread_m']}x{p['thread_n']}_w{p['warps_m']}x{p['warps_n']}"
-                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}_s{splits}")
+                f"_l{p['lanes_m']}x{p['lanes_n']}_k{p['block_k']}_s{splits}{'_v' if vec else ''}{'c' if cluster else ''}")
         a, b, c = BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0)
+        if cluster:  # one launch: the cluster sums the slices and writes C
+            module = build_simt_module(ops, p, name, split=p["split_k"], vec=True, cluster=True)
+            return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
         if splits == 1:
-            module = build_simt_module(ops, p, name, split=1)
+            module = build_simt_module(ops, p, name, split=1, vec=vec)
             return ScheduledTask(module, (Launch(name, (a, b, c)),), (), source=self.name, params=p)
         reduce = build_split_reduce(ops, DTypeAnnotation(data_type("float32")), splits, name + "_reduce")
-        module = build_simt_module(ops, p, name, split=p["split_k"], extra=(reduce,))
+        module = build_simt_module(ops, p, name, split=p["split_k"], extra=(reduce,), vec=vec)
         ws = BufferRef("workspace", 0)
         workspace = (WorkspaceSpec("matmul_split_k_partials", "float32", (splits, ops.batch, ops.m, ops.n)),)
         launches = (Launch(name, (a, b, ws)), Launch(name + "_reduce", (ws, c)))

@@ -18,7 +18,7 @@ import pytest
 
 from hidet_plugin_matmul.cuda_gemv import DEFAULT as GEMV_DEFAULT, CudaGemvMatmul, gemv_config
 from hidet_plugin_matmul.cuda_hopper_skinny import CudaHopperSkinnyMatmul
-from hidet_plugin_matmul.cuda_splitk import CudaSimtSplitKMatmul
+from hidet_plugin_matmul.cuda_splitk import CudaSimtSplitKMatmul, splitk_cluster_candidates, splitk_vec_candidates
 from hidet_plugin_matmul.operators import MatmulOperands, matmul_task
 
 TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
@@ -130,6 +130,11 @@ def _compile_jobs():
     jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 1)]
     task, attrs = matmul_task((2, 37, 1031), (1, 1031, 43), "float32")
     jobs += [(CudaSimtSplitKMatmul(), task, attrs, p) for p in CudaSimtSplitKMatmul().space(target, 2)]
+    task, attrs = matmul_task((2, 37, 1028), (1, 1028, 44), "float32")  # the vector form (opt-in), every guard
+    vec = splitk_vec_candidates(target, 2) + splitk_cluster_candidates(target, 2)
+    jobs += [(CudaSimtSplitKMatmul(), task, attrs, p) for p in vec]
+    task, attrs = matmul_task((128, 4096), (4096, 4096), "float32")  # the vector form, no guard
+    jobs += [(CudaSimtSplitKMatmul(), task, attrs, p) for p in vec]
     task, attrs = matmul_task((100, 1000), (1000, 136), "float16")  # M, N and K edges (sm_90a)
     jobs += [(CudaHopperSkinnyMatmul(), task, attrs, p) for p in CudaHopperSkinnyMatmul().space(target, 2)]
     task, attrs = matmul_task((2, 32, 4096), (2, 4096, 256), "bfloat16")

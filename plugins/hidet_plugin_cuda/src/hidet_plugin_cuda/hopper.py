@@ -244,6 +244,21 @@ def mbarrier_arrive_cluster(bar: Any, cta_rank: Any) -> AsmStmt:
     return AsmStmt(template, (), (("r", _shared_u32(bar)), ("r", _i32(cta_rank))), True, ("memory",))
 
 
+def ld_shared_cluster_v4_f32(regs: Any, smem_ptr: Any, cta_rank: Any) -> AsmStmt:
+    """4 f32 (16 bytes, aligned) at local `smem_ptr`'s offset in the shared memory of CTA
+    `cta_rank` of this cluster (distributed shared memory: ``mapa`` then
+    ``ld.shared::cluster.v4.f32``); `regs`: 4 f32 registers (a rank-1 tensor or a list)."""
+    from .lang import _constraint, _regs
+
+    outs = _regs(regs, 4, "ld_shared_cluster_v4_f32")
+    if any(_constraint(r, "ld_shared_cluster_v4_f32") != "f" for r in outs):
+        raise TypeError("ld_shared_cluster_v4_f32 writes f32 registers")
+    template = ("{\n.reg .b32 hf_remote;\nmapa.shared::cluster.u32 hf_remote, %4, %5;\n"
+                "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [hf_remote];\n}")
+    return AsmStmt(template, tuple(("=f", r) for r in outs), (("r", _shared_u32(smem_ptr)), ("r", _i32(cta_rank))),
+                   True, ("memory",))
+
+
 def cluster_sync() -> AsmStmt:
     """Every thread of every CTA of the cluster waits for all the others (after
     mbarrier initialisation; before exit, so no peer arrives on freed shared memory)."""
