@@ -30,9 +30,8 @@ downsample and its first 1x1 convolution of the same map. What the rule keeps:
 The slices are never copies where the next kernel can graft them: the wide output is
 stored once (it has several readers) and a slice with what follows is grafted onto the
 next kernel's loads (the concat of the block's branches, the next convolution's input
-staging on cuda). Where the rule runs (`ENV`, read at every rewrite): on by default
-on the cpu and the evaluator; on cuda only with HIDET_FRAMEWORK_HCONV=1 (why:
-`DEFAULT_TARGETS`); HIDET_FRAMEWORK_HCONV=0 turns it off everywhere.
+staging on cuda). Where the rule runs: `DEFAULT_TARGETS` (cpu, cuda, the evaluator);
+HIDET_FRAMEWORK_HCONV=0 turns it off everywhere (`ENV`, read at every rewrite).
 """
 from __future__ import annotations
 
@@ -46,22 +45,21 @@ from . import conv, unary
 from .rules_horizontal import HorizontalRule, Member, side_by_side, zeros_or
 
 ENV = "HIDET_FRAMEWORK_HCONV"
-# Where the rule is on unless HIDET_FRAMEWORK_HCONV says otherwise. The cpu: measured
-# no slower (docs/perf_notes.md, "Horizontal conv2d fusion": Inception-V3 off/on x1.013
-# and x1.024, ResNet-50 x1.017, outputs bitwise equal), though its packed direct
-# convolution (cpu_conv_template.py) reads x through a pointer, so a slice before it
-# cannot be grafted and that group falls back to one kernel per operator (the slice
-# copied out, the convolution, the relu: Inception-V3 120 -> 139 launches); the wider
-# GEMMs pay for the copies. Not cuda until the rule has run on the GPU (the project's
-# rule for GPU code): there HIDET_FRAMEWORK_HCONV=1 opts in.
-DEFAULT_TARGETS = ("cpu", "evaluator")
+# Where the rule runs (HIDET_FRAMEWORK_HCONV=0: nowhere), each measured (docs/perf_notes.md,
+# "Horizontal conv2d fusion"). cuda: on the H200 (session 8, fp16 batch 1) Inception-V3
+# 0.884 -> 0.750 ms (221 -> 183 launches), ResNet-50 0.469 -> 0.467 ms. The cpu: no slower
+# (Inception-V3 off/on x1.013 and x1.024, ResNet-50 x1.017, outputs bitwise equal), though
+# its packed direct convolution (cpu_conv_template.py) reads x through a pointer, so a
+# slice before it cannot be grafted and that group falls back to one kernel per operator
+# (the slice copied out, the convolution, the relu: Inception-V3 120 -> 139 launches);
+# the wider GEMMs pay for the copies.
+DEFAULT_TARGETS = ("cpu", "cuda", "evaluator")
 ACTIVATIONS = ("relu", "sigmoid", "tanh")  # elementwise, no attributes: one call on the wide output
 
 
-def enabled(default: bool) -> bool:
-    """HIDET_FRAMEWORK_HCONV=1 (0) turns the rule on (off) for every target; unset, `default`."""
-    value = os.environ.get(ENV, "").strip().lower()
-    return value in {"1", "true", "yes", "on"} if value else default
+def enabled() -> bool:
+    """False when HIDET_FRAMEWORK_HCONV is 0 (or false, no, off): the rule is switched off."""
+    return os.environ.get(ENV, "").strip().lower() not in {"0", "false", "no", "off"}
 
 
 def _window(op: Operator, x: Tensor) -> tuple | None:
@@ -131,19 +129,12 @@ class HorizontalConv2d(HorizontalRule):
 _RULE = HorizontalConv2d()
 
 
-def _default_on(op: Operator, uses: Any) -> list[Tensor] | None:
-    return _RULE.rewrite(op, uses) if enabled(True) else None
-
-
-def _opt_in(op: Operator, uses: Any) -> list[Tensor] | None:
-    return _RULE.rewrite(op, uses) if enabled(False) else None
+def _rewrite(op: Operator, uses: Any) -> list[Tensor] | None:
+    return _RULE.rewrite(op, uses) if enabled() else None
 
 
 RULES: tuple[RewriteRule, ...] = (
-    RewriteRule("fuse_horizontal_conv2d", ("conv2d", *ACTIVATIONS), _default_on, phase=0, needs_uses=True,
+    RewriteRule("fuse_horizontal_conv2d", ("conv2d", *ACTIVATIONS), _rewrite, phase=0, needs_uses=True,
                 targets=DEFAULT_TARGETS,
                 description="conv2d siblings on one input with one window as one wide conv2d and channel slices"),
-    RewriteRule("fuse_horizontal_conv2d_opt_in", ("conv2d", *ACTIVATIONS), _opt_in, phase=0, needs_uses=True,
-                targets=("cuda",),
-                description="fuse_horizontal_conv2d on cuda, opt-in: HIDET_FRAMEWORK_HCONV=1 (DEFAULT_TARGETS)"),
 )
