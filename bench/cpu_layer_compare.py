@@ -73,10 +73,15 @@ def ort_node_times(path: str, feed: dict, repeat: int, folder: str) -> list[tupl
 
 def kind(shapes: list) -> str:
     """stem / pointwise HxW / depthwise HxW / other, from our launch's operand shapes
-    (input NCHW, packed weights [O/ob, C, KH, KW, ob] or depthwise [O, 1, KH, KW])."""
-    if len(shapes) < 2 or len(shapes[0]) != 4:
+    (input NCHW or channel-blocked [N, C/L, H, W, L], packed weights [O/ob, C, KH, KW,
+    ob], depthwise [O, 1, KH, KW] or blocked [C/L, KH, KW, L])."""
+    if len(shapes) < 2 or len(shapes[0]) not in (4, 5):
         return "other"
     x, w = shapes[0], shapes[1]
+    if len(x) == 5 and len(w) == 4:
+        return f"depthwise {x[2]}x{x[3]}"
+    if len(x) != 4 and len(w) != 5:
+        return "other"
     if len(w) == 4 and w[1] == 1:
         return f"depthwise {x[2]}x{x[3]}"
     if len(w) == 5 and w[2:4] == (1, 1):

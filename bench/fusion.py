@@ -9,7 +9,7 @@ ways from the same imported graph:
 
 - ``unfused``: ``hf.compile(..., fusion=False)`` with the fusion rewrite rules off
   (``fuse_attention``, the conv2d + batch-norm folds ``fold_*_into_conv2d``, the
-  horizontal ``fuse_horizontal_matmul`` and ``split_to_slices``): every
+  horizontal ``fuse_horizontal_matmul``, ``split_to_slices`` and ``fuse_horizontal_conv2d``): every
   operator is its own kernel (or kernels: a template may launch more than one). The
   lowering rewrites stay (conv2d -> im2col + matmul, the CPU's weight prepacking):
   they decide which operators exist, not what is fused.
@@ -46,7 +46,7 @@ from models import MODELS, _inputs, _shared_dir, cpu_description  # noqa: E402
 from shared_models import materialize  # noqa: E402
 
 FUSION_RULES = ("fuse_attention", "fold_batch_norm_into_conv2d", "fold_scale_into_conv2d", "fold_shift_into_conv2d",
-                "fuse_horizontal_matmul", "split_to_slices")
+                "fuse_horizontal_matmul", "split_to_slices", "fuse_horizontal_conv2d")
 CONFIGS = {"unfused": (False, FUSION_RULES), "fused, no attn": (True, ("fuse_attention",)), "fused": (True, ())}
 
 

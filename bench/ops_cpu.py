@@ -39,7 +39,7 @@ THREADS = threads_from_argv(sys.argv)
 
 import numpy as np  # noqa: E402  (after the thread variables)
 
-CASES = ["gelu_erf", "gelu_tanh", "softmax", "layer_norm",
+CASES = ["gelu_erf", "gelu_tanh", "softmax", "softmax_h12_s128", "softmax_h12_s128_causal", "layer_norm",
          "conv_7x7s2_3_64_224", "conv_3x3_64_64_56", "conv_1x1_256_64_56", "conv_1x1_64_256_56",
          "conv_3x3s2_512_512_14",
          "matmul_1x4096x4096", "matmul_16x4096x4096", "matmul_64x768x3072", "matmul_square_1024"]
@@ -128,10 +128,13 @@ def _matmul(rng, m, k, n, constant_b=True):
     return inputs, ours, (lambda *xs: xs[0] @ (w if constant_b else xs[1])), onnx_graph, (ref, None)
 
 
-def _softmax(rng):
+def _softmax(rng, shape=(8 * 12 * 128, 128), causal=False):
+    """BERT-base attention scores at sequence 128 (batch 8) by default; the models' own
+    shape is 12 heads x 128 x 128 at batch 1, GPT-2's causally masked with -inf."""
     import hidet_framework as hf
-    shape = (8 * 12 * 128, 128)    # BERT-base attention scores at sequence 128 (batch 8)
     a = rng.standard_normal(shape).astype(np.float32) * 4
+    if causal:
+        a = np.where(np.triu(np.ones(shape[-2:], bool), 1), np.float32(-np.inf), a)
 
     def ours():
         x = hf.symbol(shape, "float32")
@@ -168,6 +171,8 @@ def _layer_norm(rng):
 def build_case(name, rng):
     if name == "softmax":
         return _softmax(rng)
+    if name.startswith("softmax_h12_s128"):
+        return _softmax(rng, (1, 12, 128, 128), causal=name.endswith("causal"))
     if name == "layer_norm":
         return _layer_norm(rng)
     if name == "gelu_erf":
@@ -219,8 +224,9 @@ def rel_error(got, ref):
 
 def run_case(name, rounds, rng, gap_s=0.0):
     import hidet_framework as hf
-    if name in ("softmax", "layer_norm") and not hasattr(hf.ops, name):
-        return {"name": name, "note": f"skipped: no '{name}' operator registered (the reduce plugin has not landed)"}
+    op = "softmax" if name.startswith("softmax") else name
+    if op in ("softmax", "layer_norm") and not hasattr(hf.ops, op):
+        return {"name": name, "note": f"skipped: no '{op}' operator registered (the reduce plugin has not landed)"}
     inputs, ours_graph, numpy_fn, onnx_graph, ref = build_case(name, rng)
     start = time.perf_counter()
     fn = hf.compile(ours_graph(), target="cpu", space=0)

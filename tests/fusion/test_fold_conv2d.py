@@ -94,13 +94,14 @@ def test_a_convolution_read_twice_keeps_its_value_for_the_other_reader(fx, rng):
              lambda xv: [_conv_np(xv, w, b, 1, 1) * gamma.reshape(1, -1, 1, 1), _conv_np(xv, w, b, 1, 1)], rng)
 
 
-def test_the_rules_are_registered_through_the_plugin_at_phase_0():
+def test_the_rules_are_registered_through_the_plugin_before_the_horizontal_and_lowering_rules():
     from hidet_framework.extension import points
     from hidet_framework.graph.passes.rewrite_patterns import registered_rules
 
     rules = {getattr(r, "name", ""): r for r in registered_rules()}
     for name in ("fold_batch_norm_into_conv2d", "fold_scale_into_conv2d", "fold_shift_into_conv2d"):
-        assert rules[name].point == points.GRAPH_REWRITE and rules[name].phase == 0
+        assert rules[name].point == points.GRAPH_REWRITE and rules[name].phase == -1
+    assert rules["fuse_horizontal_conv2d"].phase == 0  # a fold must see the conv2d, not a slice of a wider one
     assert getattr(rules["conv2d_to_matmul"], "phase", 1) == 1
 
 

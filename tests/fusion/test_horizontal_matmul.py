@@ -21,6 +21,8 @@ from hidet_framework.extension import points, rules_off
 from hidet_framework.fusion import FUSION_PASSES
 from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
 
+from .run_poisoned import run_poisoned
+
 TARGETS = ["evaluator", "cpu"]
 M, K = 13, 24  # odd rows; widths below are primes
 
@@ -38,15 +40,6 @@ def _names(graph):
     return [op.name for op in graph.nodes]
 
 
-def _run_poisoned(fn, graph_outputs, arrays, target):
-    if target != "cpu":
-        got = fn(*arrays)
-        return [got] if len(graph_outputs) == 1 else list(got)
-    outs = [np.full(t.shape, np.nan, t.dtype.numpy_name) for t in graph_outputs]  # poisoned
-    fn(*arrays, out=outs[0] if len(outs) == 1 else outs)
-    return outs
-
-
 def _check(target, outputs, inputs, reference, rng, fx, rtol=1e-4, atol=1e-5):
     fx.need_target(target)
     graph = hf.trace(list(outputs), inputs=list(inputs))
@@ -54,7 +47,7 @@ def _check(target, outputs, inputs, reference, rng, fx, rtol=1e-4, atol=1e-5):
         fn = hf.compile(graph, target=target, fusion=fusion)
         arrays = [rng.standard_normal(t.shape).astype(t.dtype.numpy_name) for t in inputs]
         want = reference(*[a.astype(np.float64) for a in arrays])
-        for got, w in zip(_run_poisoned(fn, graph.outputs, arrays, target), want):
+        for got, w in zip(run_poisoned(fn, graph.outputs, arrays, target), want):
             np.testing.assert_allclose(got, w, rtol=rtol, atol=atol)
 
 
@@ -119,7 +112,7 @@ def test_the_slices_are_grafted_not_copied(target, rng, fx):
         return [np.maximum(q, 0) + np.exp(k) * v]
 
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in inputs]
-    got = _run_poisoned(on, graph.outputs, arrays, target)
+    got = run_poisoned(on, graph.outputs, arrays, target)
     np.testing.assert_allclose(got[0], want(arrays[0].astype(np.float64))[0], rtol=1e-4, atol=1e-5)
 
 
@@ -205,6 +198,23 @@ def test_what_must_not_be_fused(case, rng, fx):
     assert consts  # the graph still multiplies
     got = fn(*arrays)
     assert all(np.all(np.isfinite(g)) for g in got)
+
+
+def test_the_same_matmuls_in_two_graphs_get_each_graph_s_own_wide_product(rng, fx):
+    """The rule remembers the groups it built; the same matmuls traced into a second
+    graph where a product is read only by its bias (returned as well in the first, so
+    its bias stayed after the slice there) must get that bias in the second."""
+    fx.need_target("evaluator")
+    x = hf.symbol((M, K), "float32")
+    w1, w2, b2 = _w(rng, K, 3), _w(rng, K, 5), _w(rng, 5) + 10
+    p1, p2 = hf.ops.matmul(x, hf.constant(w1)), hf.ops.matmul(x, hf.constant(w2))
+    y2 = hf.ops.add(p2, hf.constant(b2))
+    hf.compile(hf.trace([p1, y2, p2], inputs=[x]), target="evaluator")
+    fn = hf.compile(hf.trace([p1, y2], inputs=[x]), target="evaluator")
+    xa = rng.standard_normal((M, K)).astype(np.float32)
+    got = fn(xa)
+    np.testing.assert_allclose(got[0], xa.astype(np.float64) @ w1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], xa.astype(np.float64) @ w2 + b2, rtol=1e-4, atol=1e-5)
 
 
 def _split_block(rng, variant):

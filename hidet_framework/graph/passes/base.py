@@ -60,6 +60,7 @@ class Rebuilder:
 
     def __init__(self) -> None:
         self._by_uid: dict[int, Tensor] = {}
+        self._origin: dict[int, Tensor] = {}    # output of an operator `operator` rebuilt -> the old output
 
     def resolve(self, t: Tensor) -> Tensor:
         while t.uid in self._by_uid:
@@ -78,7 +79,15 @@ class Rebuilder:
         for old_out, new_out in zip(op.outputs, new.outputs):
             new_out.name = old_out.name  # keep readable names stable across passes
             self.replace(old_out, new_out)
+            self._origin[new_out.uid] = old_out
         return new
+
+    def origin(self, t: Tensor) -> Tensor:
+        """The tensor `t` is a rebuilt copy of (an equal operator over replaced inputs,
+        `operator`), followed back to the first; `t` itself where it is not one."""
+        while t.uid in self._origin:
+            t = self._origin[t.uid]
+        return t
 
     def graph(self, graph: FlowGraph) -> FlowGraph:
         """The graph with the same inputs whose outputs are the resolved outputs."""

@@ -81,6 +81,14 @@ class GraphUses:
     tensor in one round get the same answer); None when `t` itself was replaced or
     is not in the graph (then a rule must not rely on knowing its readers).
     ``is_output(t)``: whether `t` is returned by the graph.
+    ``original_readers(t)``: the (operator, input position) pairs reading `t` as the
+    graph stood when this round began, where a tensor rebuilt in this round (an
+    unchanged operator over inputs a rule replaced upstream) stands for the tensor it
+    is a copy of (its readers are rebuilt to read it); None for a tensor a rule made.
+    The operators are the round's originals: to inspect, not to build on. `is_output`
+    follows rebuilt copies the same way. (A rule deciding whether a tensor is private
+    to one reader can then decide downstream of another rule's rewrite in the same
+    round, where `readers` answers None.)
     """
 
     def __init__(self, graph: FlowGraph, rebuild: Rebuilder) -> None:
@@ -101,7 +109,13 @@ class GraphUses:
                 if all(self._rebuild.resolve(x) is x for x in op.inputs)]
 
     def is_output(self, t: Tensor) -> bool:
-        return t.uid in self._outputs
+        return t.uid in self._outputs or self._rebuild.origin(t).uid in self._outputs
+
+    def original_readers(self, t: Tensor) -> list[tuple[Operator, int]] | None:
+        t = self._rebuild.origin(t)
+        if t.uid not in self._known:
+            return None
+        return list(self._readers.get(t.uid, ()))
 
 
 def _round(graph: FlowGraph, by_name: dict[str, list[Any]]) -> tuple[FlowGraph, list[str]]:

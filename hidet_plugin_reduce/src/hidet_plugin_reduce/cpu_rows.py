@@ -31,7 +31,7 @@ from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.mapping.task_mapping import spatial
 from hidet_framework.ir.math_functions import exp, log, sqrt
 from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, local_tensor, parallel, script
+from hidet_framework.lang import address_of, attrs, local_tensor, parallel, script
 
 from .row_access import RowAccess
 
@@ -257,7 +257,12 @@ def arg_scan_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str
     return arg_scan
 
 
-def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str):
+def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str, own_math: bool = False):
+    """`own_math` (targets of 512-bit vectors, see build_cpu): the max pass keeps the
+    row in the per-worker buffer, ``hidet_exp_sum_f32`` turns it into exp(x - max) and
+    sums it, and the lane accumulators combine through ``hidet_row_max_f32``
+    (hidet_plugin_cpu/row_math.py). Else: the exp pass of libm/libmvec's ``expf`` over
+    x and element-by-element trees (with AVX2 the vector helpers measured slower)."""
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent = acc.outer, acc.extent
     blocks = extent // lanes
@@ -267,6 +272,9 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
     f32 = dtypes.float32
     log_form = acc.kind == "log_softmax"
     wt = TensorType(f32, (rows.workers * extent,))
+    from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, row_max
+
+    vector_tree = own_math and lanes in ROW_LANES
 
     @script
     def softmax_rows(x: xt, y: yt, ebuf: wt):
@@ -283,36 +291,52 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str)
                             part[j] = init_value("max", f32)
                         for rb in range(blocks):
                             for j in range(lanes):
-                                part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
+                                if own_math:  # the row is kept for hidet_exp_sum_f32
+                                    v = acc.load(x, f32, row, rb * lanes + j)
+                                    ebuf[base + rb * lanes + j] = v
+                                    part[j] = maximum(part[j], v)
+                                else:
+                                    part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
                         for r in range(blocks * lanes, extent):
-                            part[0] = maximum(part[0], acc.load(x, f32, row, r))
-                        for h in steps:
-                            for j in range(h):
-                                part[j] = maximum(part[j], part[j + h])
-                        top = part[0]
-                        for j in range(1, chain):
-                            top = maximum(top, part[j])
-                        for j in range(lanes):
-                            part[j] = 0.0
-                        for rb in range(blocks):
+                            if own_math:
+                                v = acc.load(x, f32, row, r)
+                                ebuf[base + r] = v
+                                part[0] = maximum(part[0], v)
+                            else:
+                                part[0] = maximum(part[0], acc.load(x, f32, row, r))
+                        if vector_tree:
+                            top = row_max(address_of(part[0]), lanes)
+                        else:
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = maximum(part[j], part[j + h])
+                            top = part[0]
+                            for j in range(1, chain):
+                                top = maximum(top, part[j])
+                        if own_math:
+                            total = exp_sum(address_of(ebuf[base]), top, extent)
+                        else:
                             for j in range(lanes):
-                                e = exp(acc.load(x, f32, row, rb * lanes + j) - top)
-                                ebuf[base + rb * lanes + j] = e
-                                part[j] = part[j] + e
-                        for r in range(blocks * lanes, extent):
-                            e = exp(acc.load(x, f32, row, r) - top)
-                            ebuf[base + r] = e
-                            part[0] = part[0] + e
-                        for h in steps:
-                            for j in range(h):
-                                part[j] = part[j] + part[j + h]
-                        total = part[0]
-                        for j in range(1, chain):
-                            total = total + part[j]
+                                part[j] = 0.0
+                            for rb in range(blocks):
+                                for j in range(lanes):
+                                    e = exp(acc.load(x, f32, row, rb * lanes + j) - top)
+                                    ebuf[base + rb * lanes + j] = e
+                                    part[j] = part[j] + e
+                            for r in range(blocks * lanes, extent):
+                                e = exp(acc.load(x, f32, row, r) - top)
+                                ebuf[base + r] = e
+                                part[0] = part[0] + e
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = part[j] + part[j + h]
+                            total = part[0]
+                            for j in range(1, chain):
+                                total = total + part[j]
                         if log_form:
-                            shift = top + log(total)
+                            lse = log(total)  # not max + log(sum): that loses log(sum) next to a huge max
                             for r in range(extent):
-                                acc.store(y, acc.load(x, f32, row, r) - shift, row, r)
+                                acc.store(y, (acc.load(x, f32, row, r) - top) - lse, row, r)
                         else:
                             inv = 1.0 / total
                             for r in range(extent):

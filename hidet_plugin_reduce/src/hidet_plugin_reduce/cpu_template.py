@@ -16,7 +16,8 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.schedule.template import Template
 
 from .cpu_rows import (
-    arg_scan_kernel, cpu_space, deal_rows, halves, reduce_columns_kernel, reduce_rows_kernel, softmax_rows_kernel,
+    arg_scan_kernel, cpu_facts, cpu_space, deal_rows, halves, reduce_columns_kernel, reduce_rows_kernel,
+    softmax_rows_kernel,
     tasks_for,
 )
 from .row_access import FAMILIES, RowAccess, accumulator_dtype
@@ -154,7 +155,9 @@ def build_cpu(operator: str, task: Any, attributes: Mapping[str, Any], params: M
         fn = _scan(acc, xt, yt, adt, params, name, bool(attributes.get("exclusive")), bool(attributes.get("reverse")))
         module = script_module(fn, name=name)
     elif family == "softmax":
-        fn = softmax_rows_kernel(acc, xt, yt, params, name)
+        # the own exp-and-sum pass and vector lane reductions where vectors are 512-bit (AVX-512)
+        own_math = cpu_facts(target)["lanes"] >= 16
+        fn = softmax_rows_kernel(acc, xt, yt, params, name, own_math=own_math)
         module = script_module(fn, name=name)
         workspace = (WorkspaceSpec("exp_rows", "float32", (tasks_for(int(params["workers"]), acc.outer) * acc.extent,)),)
         buffers.append(BufferRef("workspace", 0))

@@ -66,6 +66,37 @@ where tanh is 1 - 3e-7 and, as for erf, the rounding of P and Q dominates; libmv
 tanhf: 1.34), so its stated bound is 6 ULP; tested like erf
 (tests/plugins/cpu/test_own_tanh.py). ``hidet_tanh`` (float64) is libm's /
 libmvec's ``tanh``.
+
+**exp of our own (float32)**, ``hidet_expf``, for the CPU softmax (its exp pass was
+most of its time in libmvec's ``_ZGVeN16v_expf``, 17-18 cycles per 16 floats on Zen 4;
+this one 11-13). Kernels reach it through ``primitives.own_exp``; the ``exp`` primitive
+stays libm's / libmvec's ``expf``, so other sources do not change::
+
+    n = round(x / ln2)            x * log2(e) + 1.5 * 2^23, less 1.5 * 2^23: to nearest
+    r = x - n * ln2               ln2 in two parts, the first of 16 bits: n * ln2_hi exact
+    p = 1 + r * P(r)              P of degree 4 (`EXP_P`): exp on [-ln2/2, ln2/2]
+    e = p * 2^m * 2^(n - m)       m = n >> 1: both factors are normal floats for every n
+                                  in [-150, 128], so results below 2^-126 are the correctly
+                                  rounded denormals (one rounding, in the last product)
+    x < -104: +0                  exp(-104) < 2^-150 rounds to +0 (-inf included)
+    x > 88.8: +inf                exp(88.73) > FLT_MAX (+inf included); NaN: both
+                                  compares are false, and e is NaN
+
+The out-of-range lanes compute garbage that the two selects replace: written as
+selects of the result (not as a clamp of x, which gcc turned into four compares and
+blends), they cost a compare and a masked move each. The bit work is unsigned, so
+no lane (an infinity's or a NaN's bits) overflows a signed integer.
+
+P is a minimax fit of (exp(r) - 1) / r for relative error (Lawson's iterated weighted
+least squares in float64; 1.5 ULP in float64 arithmetic). Accuracy in float32
+arithmetic (FMA contracted): at most 2.02 ULP measured over every float in [-104, 89]
+(2.24 billion, denormal results included; the AVX-512 and the AVX2 build alike, worst
+at x = 37.82), so its stated bound is 2.5 ULP
+(`ULP_BOUNDS["own_exp"]`); tested over every binade, NaN, +-inf (+inf, +0), zeros (1)
+and the denormal results (tests/plugins/cpu/test_own_exp.py).
+
+**Row reductions and the softmax's exp-and-sum pass** (``hidet_row_max_f32``,
+``hidet_row_sum_f32``, ``hidet_exp_sum_f32``): ``row_math.py``.
 """
 from __future__ import annotations
 
@@ -75,7 +106,9 @@ import os
 import platform
 import subprocess
 
-__all__ = ["VECTOR_FUNCTIONS", "ULP_BOUNDS", "OWN_FUNCTIONS", "available_vector_functions", "declarations",
+from .row_math import ROW_FUNCTIONS, exp_sum_definition
+
+__all__ = ["VECTOR_FUNCTIONS", "ULP_BOUNDS", "OWN_FUNCTIONS", "EXP_P", "available_vector_functions", "declarations",
            "link_flags", "place_own_functions"]
 
 # C name -> (argument count, C type). The core's math primitives spell these names
@@ -93,9 +126,10 @@ VECTOR_FUNCTIONS: dict[str, tuple[int, str]] = {
 # glibc 2.36 (AVX-512 machine, 1500 random inputs per binade, 4 seeds): exp 2.51,
 # log 3.77, sin 1.57, cos 1.85; glibc documents 4 ULP for its float vector functions,
 # which caps those bounds. erf and tanh are our own (`OWN_FUNCTIONS`): erf 5.2
-# measured, tanh 5.37 (every float in [2^-7, 9.1]); 6 stated for both.
+# measured, tanh 5.37 (every float in [2^-7, 9.1]); 6 stated for both. own_exp is
+# hidet_expf (softmax's exp): 2.02 measured (every float in [-104, 89]), 2.5 stated.
 ULP_BOUNDS: dict[str, float] = {"exp": 3.0, "log": 4.0, "erf": 6.0, "tanh": 6.0, "sin": 2.0, "cos": 2.0,
-                                "pow": 4.0}
+                                "pow": 4.0, "own_exp": 2.5}
 
 # hidet_erff's rational function (see the module docstring): P and Q coefficients
 # from the constant term up, float32-rounded.
@@ -104,6 +138,8 @@ ERF_Q = ("1.0f", "0.502636f", "0.11432708f", "0.015000029f", "0.0011625234f", "3
 # hidet_tanhf's: fitted the same way on x in [0, 9.1], relative error of tanh(x) / x
 TANH_P = ("1.0f", "0.14099306f", "0.0044260658f", "4.2275857e-05f", "1.1117763e-07f", "3.6735094e-11f")
 TANH_Q = ("1.0f", "0.47432637f", "0.029201528f", "0.00050085410f", "2.6039777e-06f", "2.9509548e-09f")
+# hidet_expf's: exp(r) = 1 + r * P(r) on [-ln2/2, ln2/2], minimax in relative error
+EXP_P = ("0.99999970f", "0.49999151f", "0.16667636f", "0.041897923f", "0.0082903029f")
 
 
 def _horner(name: str, coefficients: tuple, var: str) -> str:
@@ -111,6 +147,10 @@ def _horner(name: str, coefficients: tuple, var: str) -> str:
     for c in coefficients[-2::-1]:
         text += f" {name} = {name} * {var} + {c};"
     return text
+
+
+# what an own function's definition calls: placed with it, before it
+OWN_DEPENDS = {"hidet_exp_sum_f32": ("hidet_expf", "hidet_row_sum_f32")}
 
 
 # C name -> definition, for the functions generated code gets from us, not libm
@@ -139,6 +179,29 @@ OWN_FUNCTIONS: dict[str, str] = {
         "    return copysignf(m, x);",
         "}"]),
     "hidet_tanh": "static inline double hidet_tanh(double x) { return tanh(x); }",
+    "hidet_expf": "\n".join([
+        "#pragma omp declare simd notinbranch",
+        "static inline float hidet_expf(float x) {  /* vector_math.py: 2.5 ULP */",
+        "    float t = x * 1.44269504f + 12582912.0f;",
+        "    float n = t - 12582912.0f;",
+        "    float r = x - n * 0.693145751953125f;",
+        "    r = r - n * 1.42860677e-06f;",
+        "    " + _horner("p", EXP_P, "r"),
+        "    p = p * r + 1.0f;",
+        "    uint32_t u;  /* unsigned: no overflow for the bits of an infinity or a NaN */",
+        "    memcpy(&u, &t, sizeof u);",
+        "    int32_t k = (int32_t)(u - 0x4B400000u);  /* n */",
+        "    int32_t m = k >> 1;",
+        "    uint32_t b1 = (uint32_t)(m + 127) << 23, b2 = (uint32_t)(k - m + 127) << 23;",
+        "    float s1, s2;",
+        "    memcpy(&s1, &b1, sizeof s1);",
+        "    memcpy(&s2, &b2, sizeof s2);",
+        "    float e = p * s1 * s2;",
+        "    e = x < -104.0f ? 0.0f : e;  /* NaN: both compares false, e is NaN */",
+        "    return x > 88.8f ? INFINITY : e;",
+        "}"]),
+    **ROW_FUNCTIONS,
+    "hidet_exp_sum_f32": exp_sum_definition(EXP_P),
 }
 
 _LIBMVEC_SONAME = "libmvec.so.1"
@@ -201,7 +264,9 @@ def link_flags(names: tuple[str, ...]) -> tuple[str, ...]:
 def place_own_functions(source: str) -> str:
     """`source` with the definitions of the `OWN_FUNCTIONS` it calls inserted before
     its prototypes (after the includes and libmvec declarations they use)."""
-    used = [name for name in OWN_FUNCTIONS if name + "(" in source]
+    used = {name for name in OWN_FUNCTIONS if name + "(" in source}
+    used |= {d for name in list(used) for d in OWN_DEPENDS.get(name, ())}
+    used = [name for name in OWN_FUNCTIONS if name in used]  # dict order: dependencies first
     marker = "\n/* prototypes */"
     if not used or marker not in source:
         return source

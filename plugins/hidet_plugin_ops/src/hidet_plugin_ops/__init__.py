@@ -14,8 +14,8 @@ from typing import Callable
 from hidet_framework.extension import hookimpl
 
 from . import (
-    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_fold_conv2d,
-    rules_horizontal, shape_layout, shape_select, unary,
+    activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_blocked,
+    rules_fold_conv2d, rules_horizontal, rules_horizontal_conv, shape_layout, shape_select, unary,
 )
 
 
@@ -41,8 +41,8 @@ def register_passes(register) -> None:
     # cpu_conv's rule (CPU only) is tried before the im2col + matmul one: first answer wins
     from .cpu_conv import PACK_RULE
 
-    for rule in (*rules_fold_conv2d.RULES, *rules_horizontal.RULES, PACK_RULE, *rewrites.RULES,
-                 *rules_attention.RULES):
+    for rule in (*rules_fold_conv2d.RULES, *rules_horizontal.RULES, *rules_horizontal_conv.RULES, PACK_RULE,
+                 *rewrites.RULES, *rules_attention.RULES, *rules_blocked.RULES):
         register(rule.name, rule)
 
 
@@ -61,3 +61,7 @@ def register_templates(register) -> None:
     from .cpu_conv_template import CpuDirectConv2d
 
     register(CpuDirectConv2d.name, CpuDirectConv2d())
+    # the channel-blocked depthwise kernel (cpu_blocked.py, rules_blocked.py)
+    from .cpu_depthwise_blocked import CpuDepthwiseBlocked
+
+    register(CpuDepthwiseBlocked.name, CpuDepthwiseBlocked())

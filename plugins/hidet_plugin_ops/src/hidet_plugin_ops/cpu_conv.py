@@ -13,8 +13,10 @@ once while compiling: the graph keeps W as ``[ceil(O/ob), C, KH, KW, ob]`` block
 past O), ``ob`` output channels contiguous: ``ob / lanes`` SIMD vectors, the vector
 width read from the machine (`block_width`). ``conv2d_packed`` keeps conv2d's
 activation layout, NCHW in and NCHW out, so no layout conversion is needed anywhere
-in the graph (the blocked layout is the weights' only); its template is the direct
-convolution of `cpu_conv_template.py`.
+in the graph; its template is the direct convolution of `cpu_conv_template.py`.
+Inside MobileNet-style blocks the rules of `rules_blocked.py` make it write
+(``out_lanes``) or read (a rank-5 x) the channel-blocked activation layout of
+`cpu_blocked.py` instead.
 
 Depthwise convolutions keep their own schedule (`cpu_depthwise_conv.py`); grouped
 ones and those with weights that are not constants keep the im2col + matmul rewrite.
@@ -31,6 +33,7 @@ from hidet_framework.ir.expr import const, if_then_else
 
 from .common import describe, load, make_operator, require_tensor
 from .pooling import Window2d, read_padded, window_origin
+from .cpu_blocked import read_padded_at
 
 __all__ = ["PACK_OPERATOR", "PACKED_OPERATOR", "block_width", "pack_conv_weight", "conv2d_packed",
            "pack_conv2d_weights", "PACK_RULE"]
@@ -73,16 +76,23 @@ def pack_conv_weight(w: Tensor, ob: int) -> Tensor:
 
 
 def conv2d_packed(x: Tensor, packed: Tensor, bias: Tensor | None, out_channels: int, stride: tuple,
-                  padding: tuple, dilation: tuple) -> Tensor:
+                  padding: tuple, dilation: tuple, out_lanes: int = 0) -> Tensor:
     """conv2d (groups=1, conv.py's semantics) of NCHW `x` with weights given as their
     packed blocks (`pack_conv_weight`); `stride`, `dilation` are (h, w) and `padding`
-    (top, left, bottom, right), already resolved. Returns NCHW."""
+    (top, left, bottom, right), already resolved. Returns NCHW, or the channel-blocked
+    layout of `cpu_blocked.py` with ``out_lanes`` > 0 (``[N, ceil(O/L), OH, OW, L]``,
+    zeros past O). `x` may be blocked too (rank 5: ``[N, ceil(C/L), H, W, L]``, C read
+    from the packed weight)."""
     x = require_tensor(PACKED_OPERATOR, x)
     packed = require_tensor(PACKED_OPERATOR, packed, "packed weight")
-    if x.rank != 4 or packed.rank != 5:
+    if x.rank not in (4, 5) or packed.rank != 5:
         raise ShapeError(f"{PACKED_OPERATOR}: expects NCHW x and [O/ob, C, KH, KW, ob] weights, "
                          f"got {describe(x)} and {describe(packed)}")
-    n, c, h, w = x.shape
+    in_lanes = x.shape[4] if x.rank == 5 else 0
+    n, c, h, w = (x.shape[0], packed.shape[1], x.shape[2], x.shape[3]) if in_lanes else x.shape
+    if in_lanes and not (x.shape[1] - 1) * in_lanes < c <= x.shape[1] * in_lanes:
+        raise ShapeError(f"{PACKED_OPERATOR}: blocked {describe(x)} does not hold the {c} channels of "
+                         f"{describe(packed)}")
     blocks, c2, kh, kw, ob = packed.shape
     o = int(out_channels)
     if c2 != c or blocks != -(-o // ob) or x.dtype is not packed.dtype:
@@ -108,16 +118,33 @@ def conv2d_packed(x: Tensor, packed: Tensor, bias: Tensor | None, out_channels: 
         def product(ci, khi, kwi):
             hh = h0 + khi * dilation[0] if dilation[0] != 1 else h0 + khi
             ww = w0 + kwi * dilation[1] if dilation[1] != 1 else w0 + kwi
-            xv = read_padded(xn, [ni, ci], hh, ww, (h, w), const(0, x.dtype))
+            if in_lanes:
+                xv = read_padded_at(xn, [ni, ci / in_lanes], hh, ww, [ci % in_lanes], (h, w), const(0, x.dtype))
+            else:
+                xv = read_padded(xn, [ni, ci], hh, ww, (h, w), const(0, x.dtype))
             return xv * load(wn, [oi // ob, ci, khi, kwi, oi % ob])
 
         value = reduce([c, kh, kw], product, "sum", acc_dtype=acc)
         return value + load(bn, [oi]) if bn is not None else value
 
-    y = compute("y", [n, o, *out], element, dtype=x.dtype)
+    if out_lanes:
+        lanes = int(out_lanes)
+        if ob % lanes:
+            raise ShapeError(f"{PACKED_OPERATOR}: blocks of {ob} output channels are not whole {lanes}-lane vectors")
+
+        def blocked(ni, bi, ohi, owi, li):
+            oi = bi * lanes + li
+            return element(ni, oi, ohi, owi) if o % lanes == 0 else \
+                if_then_else(oi < o, element(ni, oi, ohi, owi), const(0, x.dtype))
+
+        y = compute("y", [n, -(-o // lanes), *out, lanes], blocked, dtype=x.dtype)
+    else:
+        y = compute("y", [n, o, *out], element, dtype=x.dtype)
     inputs = [x, packed] + ([bias] if bias is not None else [])
     nodes = [xn, wn] + ([bn] if bn is not None else [])
     attributes = {"stride": stride, "padding": padding, "dilation": dilation, "out_channels": o, "ob": ob}
+    if out_lanes:       # only where set: the NCHW operator's attributes (its fingerprint) stay as they were
+        attributes["out_lanes"] = int(out_lanes)
     return make_operator(PACKED_OPERATOR, inputs, nodes, [y], attributes)[0]
 
 

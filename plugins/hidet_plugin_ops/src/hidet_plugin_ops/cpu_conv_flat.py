@@ -37,24 +37,33 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def flat_applies(x_shape: tuple, wp_shape: tuple, y_shape: tuple, attributes: Mapping[str, Any], owb: int) -> bool:
+def flat_applies(x_shape: tuple, wp_shape: tuple, y_shape: tuple, attributes: Mapping[str, Any], owb: int,
+                 blocked: bool = False) -> bool:
     """1x1, stride 1, no padding, and fewer register tiles over the flat pixels than
-    over the rows (7x7: 4 against 7; 56x56 with 14-pixel tiles: the same, not flat)."""
+    over the rows (7x7: 4 against 7; 56x56 with 14-pixel tiles: the same, not flat),
+    or x or y in the channel-blocked layout (`blocked`: the pointwise form cannot read
+    or write it, and the flat tiles are the fewest)."""
     _, _, kh, kw, _ = wp_shape
     oh, ow = y_shape[2], y_shape[3]
     if (kh, kw) != (1, 1) or tuple(attributes["stride"]) != (1, 1) or tuple(attributes["padding"]) != (0,) * 4:
         return False
-    return _ceil_div(oh * ow, owb) < oh * _ceil_div(ow, owb)
+    return blocked or _ceil_div(oh * ow, owb) < oh * _ceil_div(ow, owb)
 
 
 def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_bias: bool, params: Mapping[str, Any],
-               owb: int, tiles: list, kernels: list):
+               owb: int, tiles: list, kernels: list, out_channels: int = 0):
     """The kernel function: `tiles` are `column_tiles(OH * OW, owb)` (at most two widths,
-    wider first), `kernels[k]` the micro-kernel of the k-th width (flat reads)."""
-    n, _, _, _ = x_shape
+    wider first), `kernels[k]` the micro-kernel of the k-th width (flat reads).
+    A rank-5 `y_shape` (`out_channels` channels, blocked): the tile is stored pixel by
+    pixel, each pixel's channels one contiguous run (whole vectors), no channel-major
+    buffer; a rank-5 `x_shape` with NCHW y: element stores straight from the tile."""
+    n = x_shape[0]
     blocks, _, _, _, ob = wp_shape
-    o, ow = y_shape[1], y_shape[3]
+    yl = y_shape[4] if len(y_shape) == 5 else 0      # y channel-blocked (cpu_blocked.py)
+    xl = len(x_shape) == 5                           # x channel-blocked
+    o, ow = (out_channels if yl else y_shape[1]), y_shape[3]
     ragged = o % ob != 0
+    ycb = y_shape[1] if yl else 0      # channel vectors of blocked y (zeros past O)
     b_shape = (o,) if has_bias else (1,)
     count = len(tiles)
     wide = tiles[0][1]
@@ -83,17 +92,45 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
                     width = narrow
                     col0 = extra * wide + (t - extra) * narrow
                     kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
-                # channel-major through a second L1 buffer: each channel's pixels are
-                # then one contiguous run of y, stored as vectors (module docstring)
-                for k in range(ob):
+                if yl:
                     for j in range(width):
-                        chan[k * wide + j] = tile[j * ob + k]
-                for k in range(ob):
-                    oc = blk * ob + k
-                    if not ragged or oc < o:
-                        bias = b[oc] if has_bias else 0.0
+                        p = col0 + j
+                        for v in range(ob // yl):
+                            cv = blk * (ob // yl) + v
+                            if cv < ycb:
+                                for li in range(yl):
+                                    oc = cv * yl + li
+                                    if o % yl == 0:
+                                        bias = b[oc] if has_bias else 0.0
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li] + bias
+                                    elif oc < o:
+                                        bias = b[oc] if has_bias else 0.0
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li] + bias
+                                    else:    # lanes past O: zero weights, no bias
+                                        y[ni, cv, p / ow, p % ow, li] = tile[j * ob + v * yl + li]
+                elif xl:
+                    # x blocked (a projection of a blocked block): stored from the tile
+                    # directly; through `chan` these measured slower in a model pass
+                    # (96->24@56: 334 -> 205 us, 32->16@112: 257 -> 194 us)
+                    for k in range(ob):
+                        oc = blk * ob + k
+                        if not ragged or oc < o:
+                            bias = b[oc] if has_bias else 0.0
+                            for j in range(width):
+                                p = col0 + j
+                                y[ni, oc, p / ow, p % ow] = tile[j * ob + k] + bias
+                else:
+                    # channel-major through a second L1 buffer: each channel's pixels are
+                    # then one contiguous run of y, stored as vectors (module docstring)
+                    for k in range(ob):
                         for j in range(width):
-                            p = col0 + j
-                            y[ni, oc, p / ow, p % ow] = chan[k * wide + j] + bias
+                            chan[k * wide + j] = tile[j * ob + k]
+                    for k in range(ob):
+                        oc = blk * ob + k
+                        if not ragged or oc < o:
+                            bias = b[oc] if has_bias else 0.0
+                            for j in range(width):
+                                p = col0 + j
+                                y[ni, oc, p / ow, p % ow] = chan[k * wide + j] + bias
 
     return conv2d_cpu_flat

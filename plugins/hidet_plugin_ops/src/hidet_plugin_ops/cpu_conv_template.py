@@ -42,6 +42,12 @@ a descheduled thread delays only the row it holds. Space (from the machine only)
 
 Fusion: x and the bias are read through element reads, y written by element stores,
 each element exactly once; the packed weights (a folded constant) are read as vectors.
+
+Channel-blocked activations (`cpu_blocked.py`, made by `rules_blocked.py`): a rank-5 y
+(``out_lanes``) is stored pixel by pixel, a vector's lanes innermost (whole vectors,
+contiguous in the tile and in y); a rank-5 x is read as x[n, c / L, h, w, c % L] (the
+flat form walks channel blocks, then lanes). Both take the direct or flat form, never
+the pointwise one (its pixel vectors are not contiguous in the blocked layout).
 """
 from __future__ import annotations
 
@@ -126,9 +132,12 @@ def channel_block(geo: dict, width: int, ob: int) -> int:
 
 def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, valid: tuple, geo: dict,
                   x_shape: tuple, wp_shape: tuple, static_rows: bool, flat: bool = False):
-    """`flat`: iw0 + j is a flat pixel index of a 1x1 stride-1 convolution (cpu_conv_flat.py)."""
+    """`flat`: iw0 + j is a flat pixel index of a 1x1 stride-1 convolution (cpu_conv_flat.py).
+    A rank-5 `x_shape` is the channel-blocked layout (cpu_blocked.py): channel ci of a
+    pixel at [ci / L, ..., ci % L]."""
     vec_ptr = PointerType(vec)
     c, kh, kw, sw, dw, dh, w = (geo[k] for k in ("c", "kh", "kw", "sw", "dw", "dh", "w"))
+    bl = x_shape[4] if len(x_shape) == 5 else 0
     cb = channel_block(geo, width, ob)
     # taps innermost (one pass over the channels) where the input values neighbouring
     # taps share fit the registers beside the accumulators: gcc keeps them live there
@@ -147,7 +156,18 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                 acc[j, v] = cast(0.0, vec)
         lo = 0 if static_rows else kh_lo       # every row sees every kernel row: constant bounds
         hi = kh if static_rows else kh_hi
-        if taps_inner:
+        if flat and bl:
+            # blocked x: channel block, then lane (no division in the loop); a pixel's
+            # channels of one block are one cache line
+            for cbk in range(_ceil_div(c, bl)):
+                for cl in range(bl if c % bl == 0 else min(bl, c - cbk * bl)):
+                    for v in static_range(nv):
+                        wv[v] = deref(cast(address_of(wp[blk, cbk * bl + cl, 0, 0, v * lanes]), vec_ptr))
+                    for j in static_range(width):
+                        xf = x[ni, cbk, (iw0 + j) / w, (iw0 + j) % w, cl]
+                        for v in static_range(nv):
+                            acc[j, v] += cast(xf, vec) * wv[v]
+        elif taps_inner:
             for ci in range(c):
                 for r in range(lo, hi):
                     ih = ih0 + r * dh
@@ -159,6 +179,10 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                                 xf = x[ni, ci, (iw0 + j) / w, (iw0 + j) % w]
                                 for v in static_range(nv):
                                     acc[j, v] += cast(xf, vec) * wv[v]
+                            elif valid[j][q] and bl:
+                                xv = x[ni, ci / bl, ih, iw0 + j * sw + q * dw, ci % bl]
+                                for v in static_range(nv):
+                                    acc[j, v] += cast(xv, vec) * wv[v]
                             elif valid[j][q]:
                                 xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
                                 for v in static_range(nv):
@@ -179,7 +203,11 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
                             for v in static_range(nv):
                                 wv[v] = deref(cast(address_of(wp[blk, ci, r, q, v * lanes]), vec_ptr))
                             for j in static_range(width):
-                                if valid[j][q]:
+                                if valid[j][q] and bl:
+                                    xv = x[ni, ci / bl, ih, iw0 + j * sw + q * dw, ci % bl]
+                                    for v in static_range(nv):
+                                        acc[j, v] += cast(xv, vec) * wv[v]
+                                elif valid[j][q]:
                                     xv = x[ni, ci, ih, iw0 + j * sw + q * dw]
                                     for v in static_range(nv):
                                         acc[j, v] += cast(xv, vec) * wv[v]
@@ -197,9 +225,11 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     wp_shape = tuple(int(d) for d in task.inputs[1].shape)
     y_shape = tuple(int(d) for d in task.outputs[0].shape)
     has_bias = len(task.inputs) > 2
-    n, c, h, w = x_shape
-    blocks, _, kh, kw, ob = wp_shape
-    o, oh, ow = y_shape[1], y_shape[2], y_shape[3]
+    blocks, c, kh, kw, ob = wp_shape
+    n, _, h, w = x_shape[:4]
+    o, oh, ow = int(attributes["out_channels"]), y_shape[2], y_shape[3]
+    # channel-blocked layouts (cpu_blocked.py): x or y of rank 5, L channels a pixel
+    blocked_in, yl = len(x_shape) == 5, (y_shape[4] if len(y_shape) == 5 else 0)
     sh, sw = attributes["stride"]
     dh, dw = attributes["dilation"]
     top, left = attributes["padding"][0], attributes["padding"][1]
@@ -209,19 +239,20 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     nv = ob // lanes
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
-    if params.get("form", "direct") == "pixels" and pointwise_applies(x_shape, wp_shape, attributes, lanes):
+    if params.get("form", "direct") == "pixels" and not blocked_in and not yl \
+            and pointwise_applies(x_shape, wp_shape, attributes, lanes):
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params,
                                  int(target.get("l2_bytes", 1 << 20)))
         return _scheduled(kernel, name, params, has_bias)
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
            "l1d": int(target.get("l1d_bytes", 32 << 10)), "registers": registers}
-    if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"])):
+    if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"]), blocked_in or yl > 0):
         owb = int(params["owb"])
         tiles = column_tiles(oh * ow, owb)
         widths = sorted({width for _, width in tiles}, reverse=True)
         kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
                                  True, flat=True) for width in widths]
-        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels)
+        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels, o)
         return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
     # every output row sees every kernel row: no top padding, the last row's window inside
@@ -245,6 +276,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     item_map = spatial(n, blocks, oh) if row_inner else spatial(n, oh, blocks)
     schedule = params.get("schedule", "dynamic")
     ragged = o % ob != 0
+    ycb = y_shape[1]      # channel vectors of blocked y (zeros past O)
     b_shape = (o,) if has_bias else (1,)
 
     @script
@@ -272,12 +304,29 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                     for rep in range(tiles[ti][2]):
                         col0 = tiles[ti][0] + rep * width
                         kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
-                        for t in range(ob):
-                            oc = blk * ob + t
-                            if not ragged or oc < o:
-                                bias = b[oc] if has_bias else 0.0
-                                for j in range(width):
-                                    y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
+                        if yl:
+                            # blocked y: a pixel's channels are contiguous, whole vectors
+                            for j in range(width):
+                                for v in range(ob // yl):
+                                    cv = blk * (ob // yl) + v
+                                    if cv < ycb:
+                                        for li in range(yl):
+                                            oc = cv * yl + li
+                                            if o % yl == 0:
+                                                bias = b[oc] if has_bias else 0.0
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li] + bias
+                                            elif oc < o:
+                                                bias = b[oc] if has_bias else 0.0
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li] + bias
+                                            else:    # lanes past O: zero weights, no bias
+                                                y[ni, cv, ohi, col0 + j, li] = tile[j * ob + v * yl + li]
+                        else:
+                            for t in range(ob):
+                                oc = blk * ob + t
+                                if not ragged or oc < o:
+                                    bias = b[oc] if has_bias else 0.0
+                                    for j in range(width):
+                                        y[ni, oc, ohi, col0 + j] = tile[j * ob + t] + bias
 
     return _scheduled(conv2d_cpu_direct, name, params, has_bias)
 

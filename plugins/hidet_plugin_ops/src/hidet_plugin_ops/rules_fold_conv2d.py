@@ -3,9 +3,10 @@
 BatchNormalization with known statistics (``conv2d(x, W, b) * A + B``), become one
 ``conv2d(x, W * A[o], b * A + B)`` — one kernel and no pass over the activation.
 
-The rules run in the rewrite engine's first phase (``phase = 0``), before
-``conv2d_to_matmul`` (phase 1) turns the convolution into im2col + matmul, where the
-pattern is no longer visible. They fold only what is known at compile time: the
+The rules run in the rewrite engine's first phase (``phase = -1``), before the
+horizontal conv2d rule (phase 0) could make the convolution a slice of a wider one and
+before ``conv2d_to_matmul`` (phase 1) turns it into im2col + matmul, where the pattern
+is no longer visible. They fold only what is known at compile time: the
 convolution's weight and bias and the map's coefficients must be constants, and the
 map must be per output channel (a shape that broadcasts as ``[1, C, 1, 1]``) without
 widening the convolution's output. The folding arithmetic is done in float64 and
@@ -24,7 +25,7 @@ from hidet_framework.graph import Operator, Tensor, constant
 
 from . import conv
 
-FOLD_PHASE = 0  # before conv2d_to_matmul (phase 1, the default)
+FOLD_PHASE = -1  # before the horizontal rules (phase 0) and conv2d_to_matmul (phase 1, the default)
 
 
 def _foldable_conv(t: Tensor) -> Operator | None:

@@ -28,7 +28,11 @@ The rule runs at phase 0 (before the CPU's weight prepacking and the im2col
 rewrite see the matmuls) and reads who else reads `x` through the engine's
 `GraphUses` (``needs_uses``). Every member of a group is visited in the same round
 and must get slices of one wide product: the groups built in a round are kept, keyed
-by their members' output tensors, so a member met later reuses its group's product.
+by their members' output tensors and the tails they are replaced at (the same anchors in
+another graph may have other tails), so a member met later reuses its group's product.
+That machinery is `HorizontalRule`, shared with the horizontal conv2d rule
+(``rules_horizontal_conv.py``); `HorizontalMatmul` says who the members are and how the
+wide product is built.
 """
 from __future__ import annotations
 
@@ -47,10 +51,13 @@ MAX_REMEMBERED = 512  # groups kept between the visits of their members (a few p
 
 
 @attrs.frozen
-class _Member:
-    matmul: Operator
-    bias: Tensor | None  # the add's constant operand, or None
-    add: Operator | None  # the add taking the bias (its output is what the slice replaces)
+class Member:
+    """One operator of a horizontal group: its `anchor` (the matmul or conv2d reading the
+    shared input), the `tail` operator whose output its slice replaces (None: the
+    anchor's), and, for a matmul, the constant `bias` the tail (an add) puts on it."""
+    anchor: Operator
+    tail: Operator | None = None
+    bias: Tensor | None = None
 
 
 def _registered_matmul():
@@ -85,91 +92,124 @@ def _bias_of(op: Operator, uses: Any) -> tuple[Tensor, Operator] | None:
     return bias, add
 
 
-def _members(x: Tensor, uses: Any) -> list[_Member] | None:
+def _members(x: Tensor, uses: Any) -> list[Member] | None:
     readers = uses.readers(x)
     if readers is None:
         return None
-    found: list[_Member] = []
+    found: list[Member] = []
     for op, pos in readers:
-        if pos != 0 or not _weight_ok(op, x) or any(op is m.matmul for m in found):
+        if pos != 0 or not _weight_ok(op, x) or any(op is m.anchor for m in found):
             continue
-        found.append(_Member(op, *(_bias_of(op, uses) or (None, None))))
+        bias, add = _bias_of(op, uses) or (None, None)
+        found.append(Member(op, add, bias))
     if len(found) < 2:
         return None
-    lead = tuple(found[0].matmul.outputs[0].shape[:-1])
-    if any(tuple(m.matmul.outputs[0].shape[:-1]) != lead for m in found):
+    lead = tuple(found[0].anchor.outputs[0].shape[:-1])
+    if any(tuple(m.anchor.outputs[0].shape[:-1]) != lead for m in found):
         return None
     return found
 
 
-def _side_by_side(parts: list[Tensor], shapes: list[tuple]) -> Tensor:
-    """The parts, each viewed as `shapes[i]`, joined along the last axis: one constant
-    when all are constants, else a concat that constant folding evaluates."""
+def side_by_side(parts: list[Tensor], shapes: list[tuple], axis: int = -1) -> Tensor:
+    """The parts, each viewed as `shapes[i]`, joined along `axis`: one constant when all
+    are constants, else a concat that constant folding evaluates."""
     if all(t.is_constant() for t in parts):
         arrays = [np.asarray(t.storage).reshape(s) for t, s in zip(parts, shapes)]
-        return constant(np.concatenate(arrays, axis=-1), dtype=parts[0].dtype)
+        return constant(np.concatenate(arrays, axis=axis), dtype=parts[0].dtype)
     views = [t if tuple(t.shape) == tuple(s) else shape_layout.reshape(t, list(s)) for t, s in zip(parts, shapes)]
-    return shape_select.concat(views, axis=-1)
+    return shape_select.concat(views, axis=axis if axis >= 0 else len(shapes[0]) + axis)
 
 
-class HorizontalMatmul:
-    """The rewrite (module docstring): `rewrite` is the rule's; it keeps the groups."""
+def zeros_or(bias: Tensor | None, n: int, dtype: Any) -> Tensor:
+    """`bias`, or n zeros of `dtype` for a member without one."""
+    return bias if bias is not None else constant(np.zeros(n, dtype=np.float64), dtype=dtype)
+
+
+class HorizontalRule:
+    """What every horizontal rule does with a group of members (the module docstring):
+    visited at a member's replacement point (its tail, else its anchor), it builds the
+    group's wide result once (remembered for the other members of the round) and
+    returns the member's slice of it along `axis`. A subclass says who the members
+    are (`members`) and how the wide result is built (`build`)."""
+
+    anchor_name = ""
+    axis = -1  # the axis the members' results are side by side on
 
     def __init__(self) -> None:
         self._groups: OrderedDict[tuple, Tensor] = OrderedDict()
 
+    def members(self, anchor: Operator, uses: Any) -> list[Member] | None:
+        raise NotImplementedError
+
+    def build(self, x: Tensor, members: list[Member]) -> Tensor | None:
+        raise NotImplementedError
+
+    def width(self, member: Member) -> int:
+        return int(member.anchor.outputs[0].shape[self.axis])
+
     def rewrite(self, op: Operator, uses: Any) -> list[Tensor] | None:
-        if op.name == "matmul":
+        if op.name == self.anchor_name:
             candidates = [op]
-        else:  # an add: the bias of a member?
-            candidates = [t.producer for t in op.inputs if t.producer is not None and t.producer.name == "matmul"]
-        for mm in candidates:
-            members = _members(mm.inputs[0], uses) if mm.inputs else None
-            if not members:
-                continue
-            mine = next((k for k, m in enumerate(members) if m.matmul is mm), None)
-            if mine is None:
-                continue
-            member = members[mine]
-            # a member with a bias is replaced at its add, one without at the matmul
-            if (member.add is op) if op.name == "add" else (member.add is None):
-                return self._replace(mm.inputs[0], members, mine)
+        else:  # a tail: the bias add or activation of a member?
+            candidates = [t.producer for t in op.inputs
+                          if t.producer is not None and t.producer.name == self.anchor_name]
+        for anchor in candidates:
+            members = self.members(anchor, uses) if anchor.inputs else None
+            mine = next((k for k, m in enumerate(members or ()) if m.anchor is anchor), None)
+            # a member with a tail is replaced at its tail, one without at its anchor
+            if mine is not None and members[mine].tail is (None if op is anchor else op):
+                return self._replace(anchor.inputs[0], members, mine)
         return None
 
-    def _wide(self, x: Tensor, members: list[_Member]) -> Tensor | None:
-        key = tuple(m.matmul.outputs[0].uid for m in members)
+    def _wide(self, x: Tensor, members: list[Member]) -> Tensor | None:
+        # the tails are part of the key: the same anchors traced into another graph (a
+        # product returned there, say) may have other tails, so another wide result
+        key = tuple((m.anchor.outputs[0].uid, m.tail.outputs[0].uid if m.tail else None) for m in members)
         if key in self._groups:
             self._groups.move_to_end(key)
             return self._groups[key]
-        matmul = _registered_matmul()
-        if matmul is None:
+        wide = self.build(x, members)
+        if wide is None:
             return None
-        k = int(x.shape[-1])
-        widths = [int(m.matmul.outputs[0].shape[-1]) for m in members]
-        rank = max(m.matmul.inputs[1].rank for m in members)
-        lead = (1,) * (rank - 2)
-        weights = _side_by_side([m.matmul.inputs[1] for m in members], [(*lead, k, n) for n in widths])
-        wide = matmul(x, weights)
-        if any(m.bias is not None for m in members):
-            dtype = members[0].matmul.outputs[0].dtype
-            biases = [m.bias if m.bias is not None else constant(np.zeros(n, dtype=np.float64), dtype=dtype)
-                      for m, n in zip(members, widths)]
-            wide = binary.add(wide, _side_by_side(biases, [(n,) for n in widths]))
         self._groups[key] = wide
         while len(self._groups) > MAX_REMEMBERED:
             self._groups.popitem(last=False)
         return wide
 
-    def _replace(self, x: Tensor, members: list[_Member], mine: int) -> list[Tensor] | None:
+    def _replace(self, x: Tensor, members: list[Member], mine: int) -> list[Tensor] | None:
         wide = self._wide(x, members)
         member = members[mine]
-        expected = (member.add or member.matmul).outputs[0]
-        if wide is None or tuple(wide.shape[:-1]) != tuple(expected.shape[:-1]) or wide.dtype is not expected.dtype:
+        expected = (member.tail or member.anchor).outputs[0]
+        if wide is None or wide.rank != expected.rank or wide.dtype is not expected.dtype:
             return None
-        start = sum(int(m.matmul.outputs[0].shape[-1]) for m in members[:mine])
-        end = start + int(member.matmul.outputs[0].shape[-1])
-        part = shape_select.slice_(wide, [start], [end], [wide.rank - 1])
+        axis = self.axis % wide.rank
+        start = sum(self.width(m) for m in members[:mine])
+        part = shape_select.slice_(wide, [start], [start + self.width(member)], [axis])
         return [part] if tuple(part.shape) == tuple(expected.shape) else None
+
+
+class HorizontalMatmul(HorizontalRule):
+    """The matmul rule (module docstring)."""
+
+    anchor_name = "matmul"
+
+    def members(self, anchor: Operator, uses: Any) -> list[Member] | None:
+        return _members(anchor.inputs[0], uses)
+
+    def build(self, x: Tensor, members: list[Member]) -> Tensor | None:
+        matmul = _registered_matmul()
+        if matmul is None:
+            return None
+        k = int(x.shape[-1])
+        widths = [self.width(m) for m in members]
+        rank = max(m.anchor.inputs[1].rank for m in members)
+        lead = (1,) * (rank - 2)
+        wide = matmul(x, side_by_side([m.anchor.inputs[1] for m in members], [(*lead, k, n) for n in widths]))
+        if any(m.bias is not None for m in members):
+            dtype = members[0].anchor.outputs[0].dtype
+            biases = [zeros_or(m.bias, n, dtype) for m, n in zip(members, widths)]
+            wide = binary.add(wide, side_by_side(biases, [(n,) for n in widths]))
+        return wide
 
 
 def split_to_slices(op: Operator, uses: Any) -> list[Tensor] | None:

@@ -1,0 +1,169 @@
+"""Depthwise convolution on the CPU in the channel-blocked layout (`cpu_blocked.py`).
+
+x ``[N, Cb, H, W, L]``, weights ``[Cb, KH, KW, L]``, bias ``[Cb, L]``, y ``[N, Cb, OH,
+OW, L]``: one pixel's L channels are one SIMD vector, so each tap of an output pixel is
+one vector load of x where it lies and one FMA with the tap's weight vector. No copy
+of the input, no transposition, no border case inside a tile (the unblocked kernel,
+`cpu_depthwise_conv.py`, copies each item's rows into a phase tile first: in a model
+pass that copy followed by unaligned loads of the same buffer cost it 1.7-2x its time
+alone; docs/perf_notes.md, session 7)::
+
+    parallel over items (n, channel block, block of rb output rows), handed out dynamically:
+        for each output row: kernel rows inside the image (loop bounds)
+            for each column tile (static: positions fixed by the shape):
+                micro-kernel: width accumulator vectors over (kernel row, kernel column);
+                taps in the left/right padding dropped while tracing (the tile's
+                position is static); the tap's weight vector loaded once per tile
+                y[n, cb, oh, ow, l] = acc + bias    (element stores: epilogues graft)
+
+Tiles are ``U`` pixels wide (`cpu_depthwise_conv._unroll`: accumulators beside a weight
+and a load in the register file, 8 with AVX-512, 6 with AVX2), placed with
+`column_tiles`; interior tiles of one width share one micro-kernel and run as a loop.
+``rb`` gives an item at least `ITEM_PIXELS` output pixels (a 7x7 plane is one item).
+The lanes past C (zero weights and bias) compute zeros.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hidet_framework.ir.dtypes import float32, vector_type
+from hidet_framework.ir.mapping import spatial
+from hidet_framework.ir.types import PointerType
+from hidet_framework.lang import (
+    address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
+    static_range,
+)
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.tuner.template import Template
+
+from .cpu_blocked import DEPTHWISE_BLOCKED
+from .cpu_conv_template import column_tiles
+from .cpu_depthwise_conv import _unroll
+
+__all__ = ["CpuDepthwiseBlocked", "build_depthwise_blocked", "ITEM_PIXELS"]
+
+ITEM_PIXELS = 64     # output pixels an item computes at least (the hand-out's cost shared)
+
+
+def _valid(col0: int, width: int, sw: int, dw: int, left: int, w: int, kw: int) -> tuple:
+    return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
+
+
+def _tile_kernel(key: str, vec: Any, lanes: int, width: int, valid: tuple, geo: dict, x_shape: tuple,
+                 w_shape: tuple):
+    vec_ptr = PointerType(vec)
+    kw, sw, dw, dh = geo["kw"], geo["sw"], geo["dw"], geo["dh"]
+
+    @script
+    def dw_tile(x: f32[x_shape], wp: f32[w_shape], tile: f32[width * lanes], ni: i32, cb: i32, ih0: i32,
+                iw0: i32, kh_lo: i32, kh_hi: i32):
+        attrs.func_kind = "device"
+        attrs.func_name = key
+        acc = register_tensor(vec, [width])
+        for j in static_range(width):
+            acc[j] = cast(0.0, vec)
+        for r in range(kh_lo, kh_hi):
+            ih = ih0 + r * dh
+            for q in static_range(kw):
+                wv = deref(cast(address_of(wp[cb, r, q, 0]), vec_ptr))
+                for j in static_range(width):
+                    if valid[j][q]:
+                        acc[j] += deref(cast(address_of(x[ni, cb, ih, iw0 + j * sw + q * dw, 0]), vec_ptr)) * wv
+        for j in static_range(width):
+            tp = cast(address_of(tile[j * lanes]), vec_ptr)
+            tp[0] = acc[j]
+
+    return dw_tile
+
+
+def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
+                            target: Any) -> ScheduledTask:
+    x_shape = tuple(int(d) for d in task.inputs[0].shape)
+    w_shape = tuple(int(d) for d in task.inputs[1].shape)
+    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    has_bias = len(task.inputs) > 2
+    n, cbs, h, w, lanes = x_shape
+    _, kh, kw, _ = w_shape
+    oh, ow = y_shape[2], y_shape[3]
+    sh, sw = attributes["stride"]
+    dh, dw = attributes["dilation"]
+    top, left = attributes["padding"][0], attributes["padding"][1]
+    vec = vector_type(float32, lanes) if lanes > 1 else float32
+    u = max(1, int(params.get("unroll", _unroll(target, kh * kw))))
+    geo = {"kw": kw, "sw": sw, "dw": dw, "dh": dh}
+    tiles, kernels = [], {}
+    for col0, width in column_tiles(ow, u):
+        valid = _valid(col0, width, sw, dw, left, w, kw)
+        key = (width, valid)
+        if key not in kernels:
+            kernels[key] = _tile_kernel(f"conv2d_dw_blocked_tile{len(kernels)}", vec, lanes, width, valid, geo,
+                                        x_shape, w_shape)
+        same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
+        if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
+            tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
+        else:
+            tiles.append([col0, width, 1, kernels[key]])
+    rb = min(oh, max(1, int(params.get("rows", -(-ITEM_PIXELS // ow)))))
+    blocks = -(-oh // rb)
+    rb = -(-oh // blocks)              # balanced
+    item_map = spatial(n, cbs, blocks)
+    b_shape = (cbs, lanes) if has_bias else (1, 1)
+    name = "conv2d_dw_blocked_cpu"
+
+    @script
+    def conv2d_dw_blocked_cpu(x: f32[x_shape], wp: f32[w_shape], b: f32[b_shape], y: f32[y_shape]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for item in parallel(n * cbs * blocks, schedule="dynamic"):
+            tile = local_tensor(f32, [u * lanes])
+            for ni, cb, blk in item_map.on(item):
+                for rr in range(min(rb, oh - blk * rb)):
+                    ohi = blk * rb + rr
+                    ih0 = ohi * sh - top
+                    kh_lo = 0
+                    kh_hi = kh
+                    if ih0 < 0:
+                        kh_lo = (dh - 1 - ih0) / dh
+                    if h - 1 - ih0 < 0:
+                        kh_hi = 0
+                    else:
+                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    for ti in static_range(len(tiles)):
+                        width = tiles[ti][1]
+                        kernel = tiles[ti][3]
+                        for rep in range(tiles[ti][2]):
+                            col0 = tiles[ti][0] + rep * width
+                            kernel(x, wp, tile, ni, cb, ih0, col0 * sw - left, kh_lo, kh_hi)
+                            for j in range(width):
+                                for li in range(lanes):
+                                    bias = b[cb, li] if has_bias else 0.0
+                                    y[ni, cb, ohi, col0 + j, li] = tile[j * lanes + li] + bias
+
+    refs = (BufferRef("input", 0), BufferRef("input", 1),
+            BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
+    workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1, 1)),)
+    return ScheduledTask(script_module(conv2d_dw_blocked_cpu, name=name), (Launch(name, refs),), workspace,
+                         source="ops.conv2d_dw_blocked_cpu", params=dict(params))
+
+
+class CpuDepthwiseBlocked(Template):
+    """float32 ``conv2d_depthwise_blocked`` on the CPU (see the module docstring)."""
+
+    name = "ops.conv2d_dw_blocked_cpu"
+    operator = DEPTHWISE_BLOCKED
+    target = "cpu"
+    version = "1"
+    priority = 10
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+
+    def space(self, target: Any, level: int) -> list[dict]:
+        u = _unroll(target, 9)
+        out = [{"unroll": u}]
+        if level > 0:
+            out += [{"unroll": k} for k in (4, 6) if k < u] + [{"unroll": u, "rows": 1}]
+        return out
+
+    def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
+        return build_depthwise_blocked(task, attributes, params, target)
