@@ -41,7 +41,10 @@ scheduler). The default is the wall clock.
 
 "cores" (cpu): per call, the process's CPU time over the call's wall time, median:
 about ``--threads`` where a side computed on all its threads, 1 where it ran on one
-(the other CPU taken by another process). A 2-thread ratio is a comparison of the
+(the other CPU taken by another process). The CPU time is read after 2 ms of idling
+(not timed): Linux accounts a thread's CPU time when it stops running or at a tick, so
+read at once, a worker's share of a 1-2 ms call landed in the next call's window (ours
+read 1.0 at 184 GFLOP/s, above one core's peak). A 2-thread ratio is a comparison of the
 kernels only where both sides show 2. numpy (the float64 reference) runs one BLAS
 thread: OpenBLAS's worker busy-waits for 0.06-0.1 s after a call, which held a CPU
 through the timed rounds that follow each shape's reference (before session 9).
@@ -121,6 +124,7 @@ MOBILENET = [("3x3s2_3_32_224", 3, 32, 224, 3, 2)] + [
 
 
 SPIN_CYCLES = 200_000   # torch.cuda._sleep: about 100 us on an H200
+SETTLE_S = 0.002        # cpu: idle time after each call before its CPU time is read (not timed)
 
 
 def out_size(size: int, kernel: int, stride: int) -> int:
@@ -248,7 +252,12 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
             t0 = clock()
             impl(x)
             times[key].append(clock() - t0)
-            busy[key].append((time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9))
+            wall = max(time.perf_counter() - w0, 1e-9)
+            # a thread's CPU time is accounted when it stops running or at a tick: let the
+            # side's worker threads go idle before reading the process's CPU time (else a
+            # worker's share lands in the next call's window)
+            time.sleep(SETTLE_S)
+            busy[key].append((time.process_time() - c0) / wall)
     med = {k: statistics.median(v) for k, v in times.items()}
     flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin // groups * kernel * kernel
     return {"shape": name, "batch": batch, "ours_ms": med["ours"] * 1e3, "ort_ms": med["ort"] * 1e3,
