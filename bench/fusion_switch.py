@@ -66,6 +66,10 @@ def compare(path: str, switches: list[str], args) -> None:
     for label, value in (("off", "0"), ("on", "1")):
         for name in switches:
             os.environ[name] = value
+        # compiled tasks are cached in-process by task: a switch that changes only a level-0
+        # pick (HIDET_FRAMEWORK_HOPPER_WS_MODEL) would otherwise get the first compile's kernels
+        from hidet_framework.driver.task_compiler import clear_task_cache
+        clear_task_cache()
         fns[label] = hf.compile(graph, target=args.target, space=0, dtype="float16" if gpu else None)
         got = fns[label](*t16)
         outs[label] = [_numpy(o) if gpu else np.asarray(o) for o in (got if isinstance(got, tuple) else [got])]
