@@ -64,6 +64,7 @@ from hidet_framework.schedule.template import Template
 from .attention import accumulator_dtype
 from .cpu_attention import kernel_operands
 from .cuda_attention_mma import eligible, enabled, mma_kernel
+from . import cuda_attention_split as split_form
 from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
@@ -256,6 +257,9 @@ class CudaAttention(Template):
 
     def space(self, target: Any, level: int) -> list[dict]:
         mma = [{"form": "mma", "warps": w} for w in ("auto", 2, 4, 8)] if enabled() else []  # unless env = 0
+        if mma and split_form.enabled():  # opt-in: keys split over a block's warps (cuda_attention_split.py)
+            mma = [{"form": "mma", "warps": "auto", "split": "auto"}] + mma + [
+                {"form": "mma", "warps": g * s, "split": s} for g, s in ((1, 4), (1, 8), (2, 4), (1, 2), (2, 2))]
         if level == 0:
             return mma[:1] or [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
@@ -265,7 +269,13 @@ class CudaAttention(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
         candidate = dict(params)
-        if params.get("form") == "mma" and eligible(task, attributes):  # tensor cores (cuda_attention_mma.py)
+        split = params.get("split")
+        if split == "auto" and params.get("form") == "mma" and eligible(task, attributes):
+            split = split_form.auto_split(task, attributes, target)  # (W, S), or None: the mma form's grid
+            params = {"form": "mma", "warps": split[0], "split": split[1]} if split else {"form": "mma"}
+        if params.get("form") == "mma" and params.get("split") and eligible(task, attributes):  # keys split
+            fn = split_form.split_kernel(task, attributes, int(params["warps"]), int(params["split"]), target, name)
+        elif params.get("form") == "mma" and eligible(task, attributes):  # tensor cores (cuda_attention_mma.py)
             fn = mma_kernel(task, attributes, params.get("warps", "auto"), target, name)
         else:
             if params.get("form") == "mma":  # float32, D not a multiple of 16...: level 0's form
