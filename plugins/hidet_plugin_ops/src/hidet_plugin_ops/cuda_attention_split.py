@@ -22,10 +22,10 @@ chunk. A mask (added or selected) is staged in shared memory with the tile's K a
 (``ms[r, jj]``, float32), so its loads overlap the operand loads instead of following
 each chunk's products (the mma form reads it per score, after the mma).
 
-"auto" (level 0 under the variable): S = 4 and the largest G in (4, 2, 1) whose grid
-still gives every SM a block, else G = 1 (short sequences: GPT-2's 12 x 128 rows get
-G = 1); where the mma form's own grid already gives every SM a block, its candidate is
-built instead (the split form re-reads K and V in 4x the blocks).
+"auto" (level 0 under the variable): S = 4 and G = 2 where that grid still gives every SM
+a block, else G = 1 (short sequences: GPT-2's 12 x 128 rows get G = 1); where the mma
+form's own grid (64-row blocks) already gives every SM a block, its candidate is built
+instead (the split form re-reads K and V in up to 4x the blocks).
 """
 from __future__ import annotations
 
@@ -70,10 +70,7 @@ def auto_split(task: Any, a: Mapping[str, Any], target: Any) -> tuple[int, int] 
     if entries * -(-m // 64) >= sms:
         return None
     split = 4
-    most = 1 << (-(-m // 16) - 1).bit_length()  # row groups that cover M (a power of two)
-    groups = [g for g in GROUPS if g <= most]
-    busy = [g for g in groups if entries * -(-m // (16 * g)) >= sms]
-    g = busy[0] if busy else groups[-1]
+    g = 2 if m > 16 and entries * -(-m // 32) >= sms else 1  # (G = 4 would be the mma form's grid)
     return g * split, split
 
 
