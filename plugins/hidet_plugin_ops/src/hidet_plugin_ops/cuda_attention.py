@@ -45,7 +45,10 @@ and no default (not yet run on a GPU in its current form). The tensor-core form
 (``{"form": "mma"}``, cuda_attention_mma.py: float16 / bfloat16, D and Dv multiples of
 16 up to 128) is level 0's choice and leads the spaces; tasks it does not apply to
 (float32, other D) get the scalar forms above for it, and HIDET_FRAMEWORK_ATTENTION_MMA=0
-takes it out (level 0 and the spaces as without it).
+takes it out (level 0 and the spaces as without it). The split form (``{"form": "mma",
+"warps": W, "split": S}``, cuda_attention_split.py: the keys split over a block's warps,
+16-row blocks for short sequences) is opt-in: HIDET_FRAMEWORK_ATTENTION_SPLIT=1 makes
+``split`` "auto" level 0's pick and adds its candidates to the spaces (not yet run on a GPU).
 """
 from __future__ import annotations
 
