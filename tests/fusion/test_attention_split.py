@@ -3,7 +3,8 @@ S}``, hidet_plugin_ops/cuda_attention_split.py), opt-in by HIDET_FRAMEWORK_ATTEN
 Unmarked: without the variable the spaces are as before (no split candidate anywhere);
 with it, level 0 is ``split`` "auto" and the spaces hold the split candidates; the auto
 pick and the plan (chunk, keys resident, shared memory) follow M, N and the SM count;
-shapes outside G x S are refused; ineligible tasks build the scalar level-0 form.
+shapes outside G x S are refused; ineligible tasks build the scalar level-0 form; the
+float16 cases in a CPU emulation of the generated CUDA (mma_emulation.py, g++).
 ``nvcc``: every case of the mma tests in every split shape, and the exported blocks
 with the head split / merge grafted (GPT-2-like, BERT-like; fp16 and bf16), compile to
 sm_90 cubins. ``cuda``: every case against a float64 numpy reference on the GPU (odd
@@ -11,6 +12,8 @@ and prime M and N, D 16 / 64 / 128, masks none / added / selected causal, a full
 masked row with and without zero_nan, key groups with no chunk, keys past the resident
 tile, poisoned outputs), and a GPT-2-like block through hf.compile with the variable set."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -109,6 +112,28 @@ def test_auto_builds_the_mma_form_where_its_grid_fills_the_gpu(rng):
     task, attributes = _task(512, 128, heads=48)
     split = _source(template.build(task, attributes, _params("auto", "auto"), target), target)
     assert split == _source(template.build(task, attributes, {"form": "mma"}, target), target)
+
+
+EMULATED = [((4, 4), 0), ((4, 4), 1), ((4, 4), 5), ((4, 4), 7), ((8, 8), 0), ((8, 4), 1), ((4, 2), 0), ((2, 2), 7),
+            (("mma", "auto"), 0)]  # the last: the mma form (run on the H200), the emulation's own check
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the CPU emulation")
+@pytest.mark.parametrize("shape,k", EMULATED, ids=lambda x: f"w{x[0]}s{x[1]}" if isinstance(x, tuple) else f"case{x}")
+def test_float16_cases_in_a_cpu_emulation(shape, k, tmp_path):
+    """The generated CUDA run on the CPU (mma_emulation: a thread a lane, the warp
+    instructions through per-warp exchanges) against float64, the output poisoned with
+    NaN: GPT-2's causal case (key groups that see only masked keys), prime N with -inf
+    keys, three resident tiles, the NaN row without zero_nan."""
+    from .mma_emulation import emulate
+
+    target, template = _target(), _template()
+    op, arrays, want = _case(k, np.random.default_rng(k))
+    params = {"form": "mma", "warps": "auto"} if shape[0] == "mma" else _params(*shape)
+    got = emulate(template.build(op.task, op.attributes, params, target), target, arrays,
+                  tuple(op.outputs[0].shape), str(tmp_path))
+    assert np.isnan(got).sum() == np.isnan(want).sum()
+    np.testing.assert_allclose(got, want, rtol=3e-3, atol=3e-3)
 
 
 @pytest.mark.nvcc

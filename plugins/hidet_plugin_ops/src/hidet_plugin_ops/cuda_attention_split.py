@@ -14,8 +14,11 @@ online-softmax state (row maximum m, sum l, output O, as the mma form). Then:
     warp (g, s) stores m, l (quad-summed) and O (fp32) of its 16 rows in shared memory
     y[b, i, c] = sum_s O_s[i, c] exp(m_s - M) / sum_s l_s exp(m_s - M),  M = max_s m_s
 
-(a key group that saw only masked keys or none has m = lowest, l = 0, O = 0 and adds 0;
-a fully masked row gives 0 / 0 = NaN, zero_nan makes it 0, as the mma form). So 16 G
+(the row maximum starts at -inf, the float32 dtype's lowest; while every key a warp has
+seen is masked, its exponentials are taken against 0 instead, so a key group that saw
+only masked keys or none keeps m = -inf, l = 0, O = 0 and adds 0 -- the mma form, whose
+first chunk of a causal row always holds a key, gets NaN there -- and a fully masked row
+gives exp(-inf + inf) = NaN, which zero_nan makes 0, as the operator says). So 16 G
 rows a block: 96 blocks for GPT-2 with G = 1, each warp a quarter of the keys. KC is
 64 (32 when D or Dv > 64), halved down to 16 while it leaves a key group without a
 chunk. A mask (added or selected) is staged in shared memory with the tile's K and V
@@ -239,7 +242,8 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
                             mx = maximum(mx, z)
                     mx = maximum(mx, cu.shfl_xor_sync(cu.FULL_MASK, mx, 1))
                     mx = maximum(mx, cu.shfl_xor_sync(cu.FULL_MASK, mx, 2))
-                    alpha = exp(top[h] - mx)
+                    safe = if_then_else(ninf < mx, mx, zero)  # every key so far masked: no NaN from -inf - -inf
+                    alpha = exp(top[h] - safe)
                     top[h] = mx
                     tot[h] = tot[h] * alpha
                     for ni in static_range(dv // 8):
@@ -247,7 +251,7 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
                             oc[ni, 2 * h + e] = oc[ni, 2 * h + e] * alpha
                     for ni in static_range(kc // 8):
                         for e in static_range(2):
-                            pe = exp(sc[ni, 2 * h + e] - mx)
+                            pe = exp(sc[ni, 2 * h + e] - safe)
                             sc[ni, 2 * h + e] = pe
                             tot[h] = tot[h] + pe
                 for kk in static_range(kc // 16):
