@@ -15,7 +15,8 @@ per-warp buffer, and each lane takes its part as the PTX ISA defines the fragmen
   upper half.
 
 What it checks: the kernel's indexing, fragment bookkeeping, guards, the online softmax
-and the split form's merge, on the CPU. What it cannot: timing, the hardware's
+and the split form's merge, on the CPU, and that no block writes past its dynamic shared
+memory (a 4 KiB guard after it). What it cannot: timing, the hardware's
 summation order. Needs g++ with C++20 (<barrier>) and _Float16. Slow (a thread a lane,
 two barriers a warp instruction): small cases."""
 from __future__ import annotations
@@ -31,6 +32,7 @@ PRELUDE = r'''
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -91,13 +93,15 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int m, int) {
   T got; memcpy(&got, w->r[l ^ m], sizeof(T)); w->bar.arrive_and_wait(); return got; }
 static void launch(std::function<void()> k, int grid, int threads, int smem) {
   for (int x = 0; x < grid; ++x) {
-    std::barrier<> bar(threads); std::vector<unsigned char> buf(smem, 0xFF);  // shared memory starts as NaN bits
+    std::barrier<> bar(threads); std::vector<unsigned char> buf(smem + 4096, 0xFF);  // NaN bits; 4 KiB guard
     std::vector<Warp> warps(threads / 32);
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
       ts.emplace_back([&, t] { threadIdx = {t, 0, 0}; blockIdx = {x, 0, 0}; hidet_dyn_smem = buf.data();
         hf_block_bar = &bar; hf_warp = &warps[t / 32]; k(); });
     for (auto& th : ts) th.join();
+    for (int i = smem; i < smem + 4096; ++i)
+      if (buf[i] != 0xFF) { fprintf(stderr, "shared memory written past its %d bytes\n", smem); exit(3); }
   }
 }
 '''
