@@ -36,6 +36,9 @@ CASES = {
     "broadcast_batch": ((2, 3, 7, 4), (1, 3, 4, 9), (2, 1, 9, 5), (2, 1, 7, 9), "add", 0.5, False),
     "causal_select": ((3, 6, 4), (3, 4, 6), (3, 6, 2), (6, 6), "select", 0.7, True),
     "matrices_one_row": ((1, 31), (31, 1), (1, 1), None, "none", 2.0, False),
+    # long enough for the register tiles: whole tiles, a narrower one, then scalar columns
+    "long_rows": ((2, 3, 9, 37), (2, 3, 37, 70), (2, 3, 70, 35), (1, 1, 9, 70), "add", 0.3, False),
+    "causal_long": ((2, 19, 16), (2, 16, 19), (2, 19, 17), (19, 19), "select", 0.25, True),
 }
 
 
@@ -70,14 +73,22 @@ def cpu():
     return target
 
 
+@pytest.mark.parametrize("isa", ["native", "avx2"])
 @pytest.mark.parametrize("kv_copy", [True, False], ids=["kv-copied", "kv-gathered"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_cpu_candidate_matches_float64(name, kv_copy, cpu, rng, monkeypatch):
+def test_every_cpu_candidate_matches_float64(name, kv_copy, isa, cpu, rng, monkeypatch):
     """Both ways the kernel reads K and V: a contiguous copy per batch entry (while it
-    fits CACHE_LIMIT) and element loads in the inner loops (larger ones)."""
+    fits CACHE_LIMIT, then on register tiles of the machine's vectors, or of AVX2's)
+    and element loads in the inner loops (larger ones)."""
     from hidet_framework.runtime.compiled_task import compile_scheduled
+    from hidet_framework.backend.contract import Target
     from hidet_plugin_ops import cpu_attention
 
+    target = cpu.target
+    if isa == "avx2":
+        if int(target.get("vector_bits", 0)) < 256:
+            pytest.skip("the machine has no AVX2")
+        target = Target("cpu", target.arch, {**target.properties, "vector_bits": 256})
     if not kv_copy:
         monkeypatch.setattr(cpu_attention, "CACHE_LIMIT", 0)
 
@@ -86,13 +97,13 @@ def test_every_cpu_candidate_matches_float64(name, kv_copy, cpu, rng, monkeypatc
     y, _ = _op(arrays, mask, kwargs)
     op = y.producer
     assert template.applies(op.task, op.attributes)
-    space = template.bounded_space(cpu.target, 2)
+    space = template.bounded_space(target, 2)
     assert len(space) == 6 and {p["rows"] for p in space} == {1, 4, 8}  # prime M: partial row blocks
     want = reference(*arrays, mask, kind=kwargs["mask_kind"] or "none", scale=kwargs["scale"],
                      zero_nan=kwargs["zero_nan"])
     for params in space:
-        compiled = compile_scheduled(op.task, template.build(op.task, op.attributes, params, cpu.target),
-                                     cpu.backend, cpu.target)
+        compiled = compile_scheduled(op.task, template.build(op.task, op.attributes, params, target),
+                                     cpu.backend, target)
         out = np.full(y.shape, np.nan, np.float32)  # poisoned: every element must be written
         compiled.run(arrays + ([] if mask is None else [mask]), [out])
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=str(params))

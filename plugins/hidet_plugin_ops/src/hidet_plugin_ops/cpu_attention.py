@@ -12,6 +12,14 @@
                                                         row j serves the R rows
             y[b, i0 + t, c] = acc[t, c]                 element stores: epilogues graft
 
+With float32 statistics and K and V copied (the usual case), both products run on
+register tiles of GCC vectors (`_tile_functions`): R rows x nv vectors of accumulators,
+one vector of K (or V) loaded per nv and broadcast against the R query values (or
+probabilities), so each loaded vector serves R FMAs and the partial sums never go
+through memory; the columns past the last whole vector take the scalar loops above.
+nv comes from the machine's register file and vector width. The probabilities are
+then computed once into the score rows before the second product.
+
 The R rows of scores, queries and outputs are per-thread stack arrays (the template
 applies while they fit in LOCAL_LIMIT), so the probabilities never go to memory and
 K and V are read once per R rows. Rows past M in the last block compute row M-1 again
@@ -26,12 +34,15 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from hidet_framework.ir import dtypes
+from hidet_framework.ir.dtypes import vector_type
 from hidet_framework.ir.expr import Expr, cast, const, if_then_else, maximum, minimum, not_equal
 from hidet_framework.ir.func import Function
 from hidet_framework.ir.func import module as ir_module
 from hidet_framework.ir.math_functions import exp
-from hidet_framework.ir.types import TensorType
-from hidet_framework.lang import attrs, local_tensor, parallel, script, script_module
+from hidet_framework.ir.types import PointerType, TensorType
+from hidet_framework.lang import (
+    address_of, attrs, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module, static_range,
+)
 from hidet_framework.mapping.task_mapping import spatial
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
@@ -123,7 +134,64 @@ def kernel_operands(task: Any, a: Mapping[str, Any]):
     return batch, sizes, accumulator_dtype(q.dtype), types, access, row_functions(task, a, batch)
 
 
-def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: int, name: str):
+def _tile_width(lanes: int, registers: int, block: int, columns: int) -> int:
+    """Vectors per register tile: ``block * nv`` accumulators, nv loaded vectors and a
+    broadcast fit the register file; at most the columns' whole vectors, at most 8."""
+    return max(0, min(8, (registers - 1) // (block + 1), columns // lanes))
+
+
+def _tile_functions(name: str, block: int, n: int, d: int, dv: int, lanes: int, nv: int, kind: str):
+    """A device function computing ``nv * lanes`` columns of the R rows' products from
+    column ``col0``: ``kind`` "qk": ``sr[t, j] = sum_r qr[t, r] * kl[r, j]``; "pv":
+    ``ac[t, c] = sum_j sr[t, j] * vl[j, c]`` (sr holding probabilities)."""
+    vec = vector_type(dtypes.float32, lanes)
+    vec_ptr = PointerType(vec)
+    inner, width, reduce = (d, n, d) if kind == "qk" else (n, dv, n)  # a row's length, a column's stride
+
+    @script
+    def attention_tile(lhs: f32[block * inner], rhs: f32[reduce * width], out: f32[block * width], col0: i32):
+        attrs.func_kind = "device"
+        attrs.func_name = f"{name}_{kind}_tile{nv}"
+        acc = register_tensor(vec, [block, nv])
+        rv = register_tensor(vec, [nv])
+        for t in static_range(block):
+            for v in static_range(nv):
+                acc[t, v] = cast(0.0, vec)
+        for r in range(reduce):
+            for v in static_range(nv):
+                rv[v] = deref(cast(address_of(rhs[r * width + col0 + v * lanes]), vec_ptr))
+            for t in static_range(block):
+                x = lhs[t * inner + r]
+                for v in static_range(nv):
+                    acc[t, v] += cast(x, vec) * rv[v]
+        for t in static_range(block):
+            for v in static_range(nv):
+                op = cast(address_of(out[t * width + col0 + v * lanes]), vec_ptr)
+                op[0] = acc[t, v]
+
+    return attention_tile
+
+
+def _column_plan(name: str, block: int, n: int, d: int, dv: int, lanes: int, registers: int, kind: str):
+    """(calls, tail start): the tile functions covering a product's columns from 0 (a
+    widest tile repeated, then one narrower tile for the whole vectors left) and where
+    the scalar loop takes over."""
+    columns = n if kind == "qk" else dv
+    nv = _tile_width(lanes, registers, block, columns)
+    if nv == 0:
+        return [], 0
+    widest = _tile_functions(name, block, n, d, dv, lanes, nv, kind)
+    calls = [(widest, k * nv * lanes) for k in range(columns // (nv * lanes))]
+    done = len(calls) * nv * lanes
+    rest = (columns - done) // lanes
+    if rest:  # fewer than nv vectors: never the widest tile's name
+        calls.append((_tile_functions(name, block, n, d, dv, lanes, rest, kind), done))
+        done += rest * lanes
+    return calls, done
+
+
+def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: int, name: str,
+            lanes: int = 1, registers: int = 16):
     batch, (m, n, d, dv), ct, (qt, kt_t, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     flat = 1
     for extent in batch:
@@ -135,6 +203,20 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
     lowest = const(ct.min_value(), ct)
     zero = const(0.0, ct)
     cache = (d * n + n * dv) * (ct.bits // 8) <= CACHE_LIMIT
+    tiled = cache and ct is dtypes.float32 and lanes > 1
+    qk_calls, qk_tail = _column_plan(name, block, n, d, dv, lanes, registers, "qk") if tiled else ([], 0)
+    pv_calls, pv_tail = _column_plan(name, block, n, d, dv, lanes, registers, "pv") if tiled else ([], 0)
+    # With 512-bit vectors the row's max tree and its exp-and-sum are the cpu plugin's vector
+    # helpers (hidet_row_max_f32, hidet_exp_sum_f32: own exp, -inf and NaN right); with
+    # narrower ones libm's expf over lane accumulators (the helpers measured slower there).
+    own_math = tiled and lanes >= 16
+    if own_math:
+        from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, row_max
+
+        own_math = lanes in ROW_LANES
+    lane_halves = []
+    while tiled and (lane_halves[-1] if lane_halves else lanes) > 1:
+        lane_halves.append((lane_halves[-1] if lane_halves else lanes) // 2)
 
     @script
     def attention_rows(qx: qt, kx: kt_t, vx: vt, mk: mt, yx: yt):
@@ -148,6 +230,7 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
             kl = local_tensor(ct, [d * n if cache else 1])  # K and V of batch entry kb[0]
             vl = local_tensor(ct, [n * dv if cache else 1])
             kb = local_tensor(dtypes.int32, [1])
+            part = local_tensor(ct, [lanes if tiled else 1])  # a row's lane accumulators
             kb[0] = -1
             for slot in slots.on(w):
                 for k in range(per_worker):
@@ -170,33 +253,92 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                                 qr[t * d + r] = qa.load(qx, b, minimum(i0 + t, m - 1), r, ct)
                             for j in range(n):
                                 sr[t * n + j] = zero
-                        for r in range(d):
-                            for t in range(block):
-                                qv = qr[t * d + r]
-                                for j in range(n):
-                                    kv = kl[r * n + j] if cache else ka.load(kx, b, r, j, ct)
-                                    sr[t * n + j] = sr[t * n + j] + qv * kv
+                        if tiled:
+                            for tile_fn, col0 in qk_calls:
+                                tile_fn(qr, kl, sr, col0)
+                            if qk_tail < n:
+                                for r in range(d):
+                                    for t in range(block):
+                                        qv = qr[t * d + r]
+                                        for jj in range(n - qk_tail):
+                                            sr[t * n + qk_tail + jj] = sr[t * n + qk_tail + jj] + qv * kl[r * n + qk_tail + jj]
+                        else:
+                            for r in range(d):
+                                for t in range(block):
+                                    qv = qr[t * d + r]
+                                    for j in range(n):
+                                        kv = kl[r * n + j] if cache else ka.load(kx, b, r, j, ct)
+                                        sr[t * n + j] = sr[t * n + j] + qv * kv
                         for t in range(block):
                             i = minimum(i0 + t, m - 1)
-                            top = lowest
-                            for j in range(n):
-                                z = logit(sr[t * n + j], mk, b, i, j)
-                                sr[t * n + j] = z
-                                top = maximum(top, z)
-                            total = zero
-                            for j in range(n):
-                                e = exp(sr[t * n + j] - top)
-                                sr[t * n + j] = e
-                                total = total + e
-                            inv[t] = const(1.0, ct) / total
+                            if tiled:  # lane accumulators: gcc vectorizes what a float chain would keep scalar
+                                for j in range(lanes):
+                                    part[j] = lowest
+                                for jb in range(n // lanes):
+                                    for j in range(lanes):
+                                        z = logit(sr[t * n + jb * lanes + j], mk, b, i, jb * lanes + j)
+                                        sr[t * n + jb * lanes + j] = z
+                                        part[j] = maximum(part[j], z)
+                                for jj in range(n % lanes):
+                                    z = logit(sr[t * n + n - n % lanes + jj], mk, b, i, n - n % lanes + jj)
+                                    sr[t * n + n - n % lanes + jj] = z
+                                    part[0] = maximum(part[0], z)
+                                if own_math:
+                                    top = row_max(address_of(part[0]), lanes)
+                                    total = exp_sum(address_of(sr[t * n]), top, n)
+                                else:
+                                    for h in lane_halves:
+                                        for j in range(h):
+                                            part[j] = maximum(part[j], part[j + h])
+                                    top = part[0]
+                                    for j in range(lanes):
+                                        part[j] = zero
+                                    for jb in range(n // lanes):
+                                        for j in range(lanes):
+                                            e = exp(sr[t * n + jb * lanes + j] - top)
+                                            sr[t * n + jb * lanes + j] = e
+                                            part[j] = part[j] + e
+                                    for jj in range(n % lanes):
+                                        e = exp(sr[t * n + n - n % lanes + jj] - top)
+                                        sr[t * n + n - n % lanes + jj] = e
+                                        part[0] = part[0] + e
+                                    for h in lane_halves:
+                                        for j in range(h):
+                                            part[j] = part[j] + part[j + h]
+                                    total = part[0]
+                                inv[t] = const(1.0, ct) / total
+                                for j in range(n):  # the probabilities, once, for the second product's tiles
+                                    sr[t * n + j] = probability(sr[t * n + j], inv[t])
+                            else:
+                                top = lowest
+                                for j in range(n):
+                                    z = logit(sr[t * n + j], mk, b, i, j)
+                                    sr[t * n + j] = z
+                                    top = maximum(top, z)
+                                total = zero
+                                for j in range(n):
+                                    e = exp(sr[t * n + j] - top)
+                                    sr[t * n + j] = e
+                                    total = total + e
+                                inv[t] = const(1.0, ct) / total
                             for c in range(dv):
                                 ac[t * dv + c] = zero
-                        for j in range(n):
-                            for t in range(block):
-                                p = probability(sr[t * n + j], inv[t])
-                                for c in range(dv):
-                                    vv = vl[j * dv + c] if cache else va.load(vx, b, j, c, ct)
-                                    ac[t * dv + c] = ac[t * dv + c] + p * vv
+                        if tiled:
+                            for tile_fn, col0 in pv_calls:
+                                tile_fn(sr, vl, ac, col0)
+                            if pv_tail < dv:
+                                for j in range(n):
+                                    for t in range(block):
+                                        p = sr[t * n + j]
+                                        for cc in range(dv - pv_tail):
+                                            ac[t * dv + pv_tail + cc] = ac[t * dv + pv_tail + cc] + p * vl[j * dv + pv_tail + cc]
+                        else:
+                            for j in range(n):
+                                for t in range(block):
+                                    p = probability(sr[t * n + j], inv[t])
+                                    for c in range(dv):
+                                        vv = vl[j * dv + c] if cache else va.load(vx, b, j, c, ct)
+                                        ac[t * dv + c] = ac[t * dv + c] + p * vv
                         for t in range(block):
                             if i0 + t < m:
                                 for c in range(dv):
@@ -211,7 +353,7 @@ class CpuAttention(Template):
     name = "ops.attention_cpu"
     operator = "attention"
     target = "cpu"
-    version = "1"
+    version = "2"
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
@@ -233,13 +375,15 @@ class CpuAttention(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         workers, order, rows = int(params["workers"]), str(params["order"]), int(params["rows"])
         name = "ops_attention_cpu"
-        fn = _kernel(task, attributes, workers, order, rows, name)
+        vector_bits = int(target.get("vector_bits", 0))
+        fn = _kernel(task, attributes, workers, order, rows, name, lanes=max(1, vector_bits // 32),
+                     registers=32 if vector_bits >= 512 else 16)
         buffers = tuple(BufferRef("input", k) for k in range(4)) + (BufferRef("output", 0),)
-        if attributes["mask_kind"] != "none":
-            module = script_module(fn, name=name)
-        else:  # the mask parameter is unused: dropped, so no buffer is bound twice
+        module = script_module(fn, name=name)
+        if attributes["mask_kind"] == "none":  # the mask parameter is unused: dropped, so no buffer is bound twice
             ir = fn.ir
-            module = ir_module(name, [Function(ir.name, [p for k, p in enumerate(ir.params) if k != 3], ir.body, ir.kind,
-                                               ir.ret_type, ir.attrs)])
+            kernel = Function(ir.name, [p for k, p in enumerate(ir.params) if k != 3], ir.body, ir.kind, ir.ret_type,
+                              ir.attrs)
+            module = ir_module(name, [kernel if f.name == ir.name else f for f in module.functions.values()])
             buffers = buffers[:3] + buffers[4:]
         return ScheduledTask(module, (Launch(name, buffers),), (), source=self.name, params=dict(params))
