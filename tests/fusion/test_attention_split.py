@@ -136,6 +136,30 @@ def test_float16_cases_in_a_cpu_emulation(shape, k, tmp_path):
     np.testing.assert_allclose(got, want, rtol=3e-3, atol=3e-3)
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ for the CPU emulation")
+@pytest.mark.parametrize("shape", [(4, 4), (8, 8)], ids=lambda s: f"w{s[0]}s{s[1]}")
+def test_a_grafted_causal_block_in_a_cpu_emulation(shape, tmp_path):
+    """The exported block (QKV slices, head split, causal where, NaN guard, head merge)
+    fused onto the split form, its generated CUDA run on the CPU against float64: the
+    grafted loads, the staged boolean mask and the grafted stores."""
+    from hidet_framework.fusion import fuse_group
+
+    from .mma_emulation import emulate
+
+    target, template = _target(), _template()
+    heads, seq, d = 3, 61, 64
+    group = _fused("float16", True, heads, seq, d)
+    anchor = group.anchor_member
+    scheduled = fuse_group(template.build(anchor.task, dict(anchor.attributes), _params(*shape), target), group)
+    x = np.random.default_rng(5).standard_normal((1, seq, 3 * heads * d)).astype(np.float16)
+    tril = np.tril(np.ones((1, 1, seq, seq), bool))
+    q, k, v = (x.astype(np.float64)[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d)
+               .transpose(0, 2, 1, 3) for i in range(3))
+    want = _reference([q, k.transpose(0, 1, 3, 2), v], tril[0, 0], "select", d ** -0.5, True)
+    got = emulate(scheduled, target, [x, tril], (1, seq, heads * d), str(tmp_path))
+    np.testing.assert_allclose(got, want.transpose(0, 2, 1, 3).reshape(1, seq, heads * d), rtol=3e-3, atol=3e-3)
+
+
 @pytest.mark.nvcc
 def test_every_case_and_grafted_blocks_compile(tmp_path, monkeypatch, rng):
     from hidet_framework.fusion import fuse_group
