@@ -130,7 +130,9 @@ def _compile_jobs():
     jobs += [(CudaGemvMatmul(), task, attrs, p) for p in CudaGemvMatmul().space(target, 1)]
     task, attrs = matmul_task((2, 37, 1031), (1, 1031, 43), "float32")
     jobs += [(CudaSimtSplitKMatmul(), task, attrs, p) for p in CudaSimtSplitKMatmul().space(target, 2)]
-    task, attrs = matmul_task((2, 37, 1028), (1, 1028, 44), "float32")  # the vector form (opt-in), every guard
+    # the vector form (in level 2) and the cluster form (opt-in) on aligned rows: every
+    # guard, then none (on the unaligned shape above, the vector candidates build the element form)
+    task, attrs = matmul_task((2, 37, 1028), (1, 1028, 44), "float32")
     vec = splitk_vec_candidates(target, 2) + splitk_cluster_candidates(target, 2)
     jobs += [(CudaSimtSplitKMatmul(), task, attrs, p) for p in vec]
     task, attrs = matmul_task((128, 4096), (4096, 4096), "float32")  # the vector form, no guard

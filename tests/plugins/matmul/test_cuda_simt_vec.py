@@ -1,11 +1,12 @@
 """The vector form of the SIMT kernel (`cuda_simt_vec`): the ``vec: 1`` candidates of
-`matmul.cuda_simt_splitk` (float4 A loads, cp.async B, float4 split-K partials), opt-in
-by HIDET_FRAMEWORK_SIMT_VEC=1 until they have run on the H200, and its cluster form
+`matmul.cuda_simt_splitk` (float4 A loads, cp.async B, float4 split-K partials), in the
+level-2 space since they ran on the H200 (session 9), and its cluster form
 (``cluster: 1``: the slices of a tile sum through distributed shared memory in one
-launch), opt-in by HIDET_FRAMEWORK_SIMT_CLUSTER=1.
+launch), opt-in by HIDET_FRAMEWORK_SIMT_CLUSTER=1 (correct on the H200, but slower).
 
-- host: the candidates join level 2 only under the variable (levels 0 and 1 unchanged,
-  within 200); the form applies only where K and N are multiples of 4 and the kernel is
+- host: the vector candidates are in level 2 with no variable set, after the element
+  ones; the cluster ones join only under the variable (levels 0 and 1 unchanged, within
+  200); the form applies only where K and N are multiples of 4 and the kernel is
   not a fusion anchor, and otherwise builds the element form byte for byte; the chunk
   mappings cover every element of the A and B tiles exactly once, and the cluster
   ranks' shares every chunk of the C tile exactly once; the DSMEM load primitive;
@@ -25,7 +26,7 @@ import pytest
 from hidet_plugin_matmul.cuda_simt import simt_config
 from hidet_plugin_matmul.cuda_simt_vec import VecStage, cluster_share, vec_applies
 from hidet_plugin_matmul.cuda_splitk import (
-    CLUSTER_ENV, VEC_ENV, CudaSimtSplitKMatmul, splitk_cluster_candidates, splitk_space, splitk_vec_candidates,
+    CLUSTER_ENV, CudaSimtSplitKMatmul, splitk_cluster_candidates, splitk_space, splitk_vec_candidates,
 )
 from hidet_plugin_matmul.operators import MatmulOperands, matmul_task
 
@@ -52,22 +53,27 @@ VEC = splitk_vec_candidates(_target(), 2)
 CLUSTER = splitk_cluster_candidates(_target(), 2)
 
 
-def test_vec_candidates_are_opt_in_and_bounded(monkeypatch):
-    monkeypatch.delenv(VEC_ENV, raising=False)
+def test_vec_candidates_are_in_level_2_and_cluster_ones_opt_in(monkeypatch):
     monkeypatch.delenv(CLUSTER_ENV, raising=False)
-    plain = [splitk_space(_target(), level) for level in (0, 1, 2)]
-    assert not any(p.get("vec") for space in plain for p in space)
-    monkeypatch.setenv(VEC_ENV, "1")
     s0, s1, s2 = (splitk_space(_target(), level) for level in (0, 1, 2))
-    assert (s0, s1) == (plain[0], plain[1]) and s2[:len(plain[2])] == plain[2]
-    assert s2[len(plain[2]):] == VEC and len(s2) <= 200
+    assert not any(p.get("vec") for p in s0 + s1)
+    assert not any(p.get("cluster") for p in s2)
+    plain = [p for p in s2 if not p.get("vec")]  # the element form first, in its own order
+    assert s2 == plain + VEC and VEC and len(s2) <= 200
     assert len({tuple(sorted(p.items())) for p in s2}) == len(s2)
+    print(f"\nsplit-K space sizes: level 0 {len(s0)}, level 1 {len(s1)}, level 2 {len(s2)} "
+          f"({len(plain)} element + {len(VEC)} vector)")
     # the 8x8 tile of the session-7 winner (64 x 128, BK 8 and 16) is among them
     assert {(p["block_k"], p["split_k"]) for p in VEC if (p["thread_m"], p["warps_m"], p["warps_n"]) == (8, 2, 2)} \
         >= {(8, 8), (16, 8)}
     monkeypatch.setenv(CLUSTER_ENV, "1")
     s2c = splitk_space(_target(), 2)
     assert s2c == s2 + CLUSTER and len(s2c) <= 200 and CLUSTER
+    assert [splitk_space(_target(), level) for level in (0, 1)] == [s0, s1]
+    print(f"with {CLUSTER_ENV}=1: level 2 {len(s2c)} ({len(CLUSTER)} cluster)")
+    for value in ("0", ""):  # only "1" turns it on
+        monkeypatch.setenv(CLUSTER_ENV, value)
+        assert splitk_space(_target(), 2) == s2
     assert all(p["cluster"] and p["vec"] and 2 <= p["split_k"] <= 8 for p in CLUSTER)
     from hidet_framework.backend.contract import Target
 
