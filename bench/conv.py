@@ -39,6 +39,16 @@ not count the time the thread waits for a core: on a loaded, shared machine the 
 that stays put (the kernels' quality; the 2-thread medians there are decided by the
 scheduler). The default is the wall clock.
 
+"cores" (cpu): per call, the process's CPU time over the call's wall time, median:
+about ``--threads`` where a side computed on all its threads, 1 where it ran on one
+(the other CPU taken by another process). The CPU time is read after 2 ms of idling
+(not timed): Linux accounts a thread's CPU time when it stops running or at a tick, so
+read at once, a worker's share of a 1-2 ms call landed in the next call's window (ours
+read 1.0 at 184 GFLOP/s, above one core's peak). A 2-thread ratio is a comparison of the
+kernels only where both sides show 2. numpy (the float64 reference) runs one BLAS
+thread: OpenBLAS's worker busy-waits for 0.06-0.1 s after a call, which held a CPU
+through the timed rounds that follow each shape's reference (before session 9).
+
 Errors are max |ours - ref| / max |ref| against a float64 reference (numpy on cpu,
 torch float64 on cuda). The header names the CPU model and ISA, the thread count and
 the load average (the machine may be shared: only the side-by-side ratios mean much).
@@ -56,6 +66,13 @@ import time
 from thread_env import threads_from_argv  # noqa: E402  (bench/ is the script's folder)
 
 THREADS, SPIN = threads_from_argv(sys.argv), "--spin" in sys.argv
+# numpy computes only the float64 reference here (it is no peer in this bench): one BLAS
+# thread. With OPENBLAS_NUM_THREADS = --threads, OpenBLAS's worker busy-waits for work
+# after each call: measured 0.06-0.1 s of CPU in the 0.1-0.5 s after one 512x512 matmul.
+# Each shape's reference is computed right before its timed rounds (about 40 ms of
+# calls at 2 threads), so that spinner held one of the CPUs through them.
+for _blas_var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_blas_var] = "1"
 if not SPIN:  # read by libgomp when the first kernel library loads
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
@@ -107,6 +124,7 @@ MOBILENET = [("3x3s2_3_32_224", 3, 32, 224, 3, 2)] + [
 
 
 SPIN_CYCLES = 200_000   # torch.cuda._sleep: about 100 us on an H200
+SETTLE_S = 0.002        # cpu: idle time after each call before its CPU time is read (not timed)
 
 
 def out_size(size: int, kernel: int, stride: int) -> int:
@@ -226,18 +244,27 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
     ref = reference64(x, w, b, stride, pad, groups)
     err_ours, err_peer = rel_error(fn(x), ref), rel_error(peer(x), ref)   # also the warm-up
     times = {"ours": [], "ort": []}
+    busy = {"ours": [], "ort": []}     # the process's CPU time per call / its wall time
     clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     for _ in range(args.rounds):
         for key, impl in (("ours", fn), ("ort", peer)):
+            c0, w0 = time.process_time(), time.perf_counter()
             t0 = clock()
             impl(x)
             times[key].append(clock() - t0)
+            wall = max(time.perf_counter() - w0, 1e-9)
+            # a thread's CPU time is accounted when it stops running or at a tick: let the
+            # side's worker threads go idle before reading the process's CPU time (else a
+            # worker's share lands in the next call's window)
+            time.sleep(SETTLE_S)
+            busy[key].append((time.process_time() - c0) / wall)
     med = {k: statistics.median(v) for k, v in times.items()}
     flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin // groups * kernel * kernel
     return {"shape": name, "batch": batch, "ours_ms": med["ours"] * 1e3, "ort_ms": med["ort"] * 1e3,
             "ratio": med["ort"] / med["ours"], "ratio_min": min(times["ort"]) / min(times["ours"]),
             "ours_gflops": flops / med["ours"] / 1e9,
             "err_ours": err_ours, "err_ort": err_peer, "compile_s": compile_s,
+            "cores_ours": statistics.median(busy["ours"]), "cores_ort": statistics.median(busy["ort"]),
             "launches": fn.num_launches, "template": templates_used(fn)}
 
 
@@ -246,18 +273,20 @@ def run_cpu(args, shapes) -> list:
     print(machine_line())
     clock = "the thread's CPU time" if args.clock == "cpu" else "wall time"
     print(f"space {args.space}; {clock}, median of {args.rounds} interleaved rounds; ratio = onnxruntime / ours "
-          f"(> 1: ours faster), of the medians and of the minimums; whole calls on both sides\n")
-    print("| shape | batch | ours ms | ort ms | ort/ours | of mins | ours GFLOP/s | err ours | err ort | launches "
-          "| template |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"(> 1: ours faster), of the medians and of the minimums; whole calls on both sides; cores: the "
+          f"process's CPU time over the wall time of a call, median (about {THREADS} where a side got its "
+          f"{THREADS} CPUs, 1 where it ran on one)\n")
+    print("| shape | batch | ours ms | ort ms | ort/ours | of mins | ours GFLOP/s | cores ours / ort | err ours "
+          "| err ort | launches | template |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for batch in args.batch:
         for spec in shapes:
             r = bench_cpu_shape(spec, batch, args, rng)
             rows.append(r)
             print(f"| {r['shape']} | {batch} | {r['ours_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f}x | "
-                  f"{r['ratio_min']:.2f}x | {r['ours_gflops']:.1f} | {r['err_ours']:.1e} | {r['err_ort']:.1e} | "
-                  f"{r['launches']} | "
+                  f"{r['ratio_min']:.2f}x | {r['ours_gflops']:.1f} | {r['cores_ours']:.2f} / {r['cores_ort']:.2f} | "
+                  f"{r['err_ours']:.1e} | {r['err_ort']:.1e} | {r['launches']} | "
                   f"{r['template']} |", flush=True)
     summarize(rows)
     print("\n" + machine_line())

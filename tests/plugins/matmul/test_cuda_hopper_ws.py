@@ -60,7 +60,7 @@ def test_space_is_hopper_only_bounded_and_fits_the_hardware(monkeypatch):
 
 
 def test_level0_model_is_opt_in(monkeypatch):
-    """Off by default (not yet run on a GPU in its fused form): level 0 stays as before;
+    """Off by default (its level-0 picks not yet timed against the defaults): level 0 stays as before;
     with HIDET_FRAMEWORK_HOPPER_WS_MODEL=1 the model picks this template at 4096^3 and
     never where a prologue must be grafted."""
     import math

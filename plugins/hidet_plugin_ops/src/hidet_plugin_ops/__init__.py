@@ -55,6 +55,9 @@ def register_templates(register) -> None:
 
     register(CpuDepthwiseConv2d.name, CpuDepthwiseConv2d())
     register(CpuAvgPool2d.name, CpuAvgPool2d())   # avg_pool2d: the same kernel, weights 1
+    from .cpu_max_pool import CpuMaxPool2d
+
+    register(CpuMaxPool2d.name, CpuMaxPool2d())   # max_pool2d: rows, then columns (cpu_max_pool.py)
     register(CpuAttention.name, CpuAttention())
     register(CudaAttention.name, CudaAttention())
     # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)
