@@ -112,6 +112,7 @@ LONGEST_FIRST = (  # wall seconds in the cold CI run of a95b894 at load 11 (sess
     "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[cpu]",  # 432
     "tests/plugins/matmul/test_cuda_hopper_ws.py::test_every_space2_candidate_compiles_for_sm90a",  # 287
     "tests/test_packaging.py::test_every_distribution_builds_a_wheel_and_two_install_fresh",  # 159
+    "tests/fusion/test_attention_mma.py::test_every_case_and_grafted_blocks_compile",  # 34 (quiet, session 8)
     "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[evaluator]",  # 134
     "tests/plugins/reduce/test_cuda_templates.py::test_every_space2_candidate_compiles_to_sm90",  # 126
     "tests/plugins/matmul/test_cuda_defaults.py::test_chosen_defaults_compile_to_sm90a",  # 96
