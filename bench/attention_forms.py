@@ -41,6 +41,11 @@ FORMS = {
     # warps of 16 query rows
     "mma": {"form": "mma", "warps": "auto"}, "mma2": {"form": "mma", "warps": 2},
     "mma4": {"form": "mma", "warps": 4}, "mma8": {"form": "mma", "warps": 8},
+    # the split form (cuda_attention_split.py): W warps, the keys split S ways, 16 W / S query
+    # rows a block; "splitauto" is level 0's pick under HIDET_FRAMEWORK_ATTENTION_SPLIT=1
+    "splitauto": {"form": "mma", "warps": "auto", "split": "auto"}, "split44": {"form": "mma", "warps": 4, "split": 4},
+    "split88": {"form": "mma", "warps": 8, "split": 8}, "split84": {"form": "mma", "warps": 8, "split": 4},
+    "split42": {"form": "mma", "warps": 4, "split": 2}, "split22": {"form": "mma", "warps": 2, "split": 2},
 }
 
 

@@ -7,7 +7,11 @@ folders need them.
 from __future__ import annotations
 
 import functools
+import gc
+import importlib.util
 import os
+import pathlib
+import sys
 import shutil
 
 import pytest
@@ -108,6 +112,7 @@ LONGEST_FIRST = (  # wall seconds in the cold CI run of a95b894 at load 11 (sess
     "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[cpu]",  # 432
     "tests/plugins/matmul/test_cuda_hopper_ws.py::test_every_space2_candidate_compiles_for_sm90a",  # 287
     "tests/test_packaging.py::test_every_distribution_builds_a_wheel_and_two_install_fresh",  # 159
+    "tests/fusion/test_attention_mma.py::test_every_case_and_grafted_blocks_compile",  # 34 (quiet, session 8)
     "tests/fusion/test_properties.py::test_fused_unfused_and_reference_agree[evaluator]",  # 134
     "tests/plugins/reduce/test_cuda_templates.py::test_every_space2_candidate_compiles_to_sm90",  # 126
     "tests/plugins/matmul/test_cuda_defaults.py::test_chosen_defaults_compile_to_sm90a",  # 96
@@ -125,3 +130,34 @@ def _longest_first_rank(nodeid: str) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker (its collection is the order); `-n 0`: as written
         items.sort(key=lambda item: _longest_first_rank(item.nodeid))  # stable: the rest keep their order
+
+
+
+# -- suite time (issue 11): no frame-stack chunk thrashing on CPython 3.11/3.12 -------------
+# tests/stack_chunk_cache.py says why: the IR's recursive walks can map and unmap a 16 KiB
+# chunk of the interpreter's frame stack on every call; a C shim keeps one chunk for reuse
+# (what CPython 3.13 does). It changes how the interpreter gets that memory, nothing a
+# test checks; it is a no-op on other versions or without a C compiler.
+def _stack_chunk_cache():
+    name = "hidet_tests_stack_chunk_cache"  # one module per process (tests/ is not a package)
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name("stack_chunk_cache.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+# -- suite time (issue 11): fewer garbage-collector passes ----------------------------------
+# Lowering, the simplifier and the IR evaluator allocate millions of short-lived IR nodes;
+# with CPython's default first-generation threshold (700 allocations) the collector runs
+# thousands of times per candidate and walks the young objects each time (docs/testing.md,
+# "Session 9"). A larger threshold only makes the passes rarer (cycles are still
+# collected, and `gc.collect()` works as before); fork pools inherit it. Test processes
+# only: the library leaves the interpreter's settings alone.
+GC_THRESHOLD = (10_000, 10, 10)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _stack_chunk_cache().install()
+    gc.set_threshold(*GC_THRESHOLD)

@@ -189,6 +189,30 @@ def test_launches_follow_the_staging():
         assert conv_staging(other, cf) != "cf"
 
 
+def test_channels_first_default_is_an_opt_in(monkeypatch):
+    """HIDET_FRAMEWORK_CONV_CF=1: the space-0 pick of a pointwise stride-1 conv whose
+    default would copy x to NHWC reads it as it lies instead (one launch fewer);
+    nothing else changes, and without the variable nothing does."""
+    from hidet_plugin_matmul.cuda_conv import CF_ENV
+
+    t, target = CudaConvImplicitGemm(), _target()
+    auto = t.space(target, 0)[0]
+    geo = ConvGeometry(8, 256, 56, 56, 64, (1, 1), (1, 1), (0,) * 4, (1, 1), 1)
+
+    def built(g):
+        st = t.build(*task_of(g, "float16"), auto, target)
+        return bool(st.params.get("channels_first")), [w.name for w in st.workspace]
+
+    monkeypatch.delenv(CF_ENV, raising=False)
+    assert built(geo) == (False, ["conv_x_nhwc"])
+    monkeypatch.setenv(CF_ENV, "1")
+    assert built(geo) == (True, [])
+    for other in (attrs.evolve(geo, kernel=(3, 3), pads=(1,) * 4), attrs.evolve(geo, stride=(2, 2)),
+                  attrs.evolve(geo, height=7, width=7)):
+        assert not built(other)[0], other
+    assert not t.build(*task_of(geo, "float16"), t.space(target, 1)[1], target).params.get("channels_first")
+
+
 def _fused_pointwise(prologue: bool):
     """[mul ->] conv 1x1 (channels-first shape) -> add -> relu through the graph passes:
     the group and the fused ScheduledTask of the default candidate."""

@@ -26,6 +26,7 @@ maps at batch 1, where M / BM times N / BN blocks would leave most of the GPU id
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping
 
 from hidet_framework.extension import RewriteRule
@@ -34,13 +35,17 @@ from hidet_framework.ir import dtypes
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
-from hidet_plugin_matmul.cuda_conv_gather import conv_staging
+from hidet_plugin_matmul.cuda_conv_gather import channels_first, conv_staging
 from hidet_plugin_matmul.cuda_conv_kernel import build_conv_module
 from hidet_plugin_matmul.cuda_conv_op import OPERATOR, ConvGeometry, conv2d_igemm, pack_conv_weight
 from hidet_plugin_matmul.cuda_matmul_common import target_int, task_dtype
 from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Gpu, Kernel, choose, is_auto, modelled_seconds, resolve
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
+
+# "1": the space-0 pick of a pointwise stride-1 conv of NCHW x reads x as it lies
+# (channels-first, cuda_conv_gather.channels_first) instead of copying it to NHWC first
+CF_ENV = "HIDET_FRAMEWORK_CONV_CF"
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
 LEVEL1 = [
@@ -140,6 +145,9 @@ class CudaConvImplicitGemm(Template):
         if 0 in prologue_inputs(attributes) and params.get("channels_first"):  # a prologue on x: the cp.async
             params = dict(params, channels_first=0)  # reads of x as it lies would refuse it; the copy's take it
         p = dict(DEFAULT, **resolve(params, lambda: auto_params(geo, target, dtypes.data_type(dtype).nbytes)))
+        if (is_auto(params) and os.environ.get(CF_ENV) == "1" and conv_staging(geo, p) == "nhwc"
+                and channels_first(geo) and 0 not in prologue_inputs(attributes)):
+            p["channels_first"] = 1  # the default's tile reading x as it lies: no NHWC copy launch
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel
         name = (f"conv_tc_{dtype}_{geo.x_layout}_{geo.y_layout}_n{geo.batch}c{geo.channels}h{geo.height}"
                 f"w{geo.width}o{geo.out_channels}k{kh}x{kw}s{geo.stride[0]}x{geo.stride[1]}"

@@ -45,7 +45,10 @@ and no default (not yet run on a GPU in its current form). The tensor-core form
 (``{"form": "mma"}``, cuda_attention_mma.py: float16 / bfloat16, D and Dv multiples of
 16 up to 128) is level 0's choice and leads the spaces; tasks it does not apply to
 (float32, other D) get the scalar forms above for it, and HIDET_FRAMEWORK_ATTENTION_MMA=0
-takes it out (level 0 and the spaces as without it).
+takes it out (level 0 and the spaces as without it). The split form (``{"form": "mma",
+"warps": W, "split": S}``, cuda_attention_split.py: the keys split over a block's warps,
+16-row blocks for short sequences) is opt-in: HIDET_FRAMEWORK_ATTENTION_SPLIT=1 makes
+``split`` "auto" level 0's pick and adds its candidates to the spaces (not yet run on a GPU).
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ from hidet_framework.schedule.template import Template
 from .attention import accumulator_dtype
 from .cpu_attention import kernel_operands
 from .cuda_attention_mma import eligible, enabled, mma_kernel
+from . import cuda_attention_split as split_form
 from .cuda_attention_warps import warp_kernel
 
 __all__ = ["CudaAttention"]
@@ -256,6 +260,9 @@ class CudaAttention(Template):
 
     def space(self, target: Any, level: int) -> list[dict]:
         mma = [{"form": "mma", "warps": w} for w in ("auto", 2, 4, 8)] if enabled() else []  # unless env = 0
+        if mma and split_form.enabled():  # opt-in: keys split over a block's warps (cuda_attention_split.py)
+            mma = [{"form": "mma", "warps": "auto", "split": "auto"}] + mma + [
+                {"form": "mma", "warps": g * s, "split": s} for g, s in ((1, 4), (1, 8), (2, 4), (1, 2), (2, 2))]
         if level == 0:
             return mma[:1] or [{"rows": "auto", "threads": 128, "k_order": "d"}]
         tiled = [{"rows": r, "threads": t, "k_order": "d"} for r in ROW_TILES[:3] for t in (128, 256)]
@@ -265,7 +272,13 @@ class CudaAttention(Template):
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
         name = "ops_attention_cuda"
         candidate = dict(params)
-        if params.get("form") == "mma" and eligible(task, attributes):  # tensor cores (cuda_attention_mma.py)
+        split = params.get("split")
+        if split == "auto" and params.get("form") == "mma" and eligible(task, attributes):
+            split = split_form.auto_split(task, attributes, target)  # (W, S), or None: the mma form's grid
+            params = {"form": "mma", "warps": split[0], "split": split[1]} if split else {"form": "mma"}
+        if params.get("form") == "mma" and params.get("split") and eligible(task, attributes):  # keys split
+            fn = split_form.split_kernel(task, attributes, int(params["warps"]), int(params["split"]), target, name)
+        elif params.get("form") == "mma" and eligible(task, attributes):  # tensor cores (cuda_attention_mma.py)
             fn = mma_kernel(task, attributes, params.get("warps", "auto"), target, name)
         else:
             if params.get("form") == "mma":  # float32, D not a multiple of 16...: level 0's form
