@@ -173,7 +173,7 @@ def test_launches_follow_the_staging():
     assert len(t.build(*task_of(nhwc, "float16"), space[0], target).launches) == 1
     st = t.build(*task_of(odd, "bfloat16"), split, target)
     assert [w.name for w in st.workspace] == ["conv_split_k_partials"] and len(st.launches) == 2
-    # opt-in (not yet run on a GPU, so in no space and no default): a 1x1 stride-1 unpadded
+    # channels-first is set on the space-0 pick only (build), never in a space: a 1x1 stride-1 unpadded
     # conv of NCHW x with H*W % 4 == 0 reads x as it lies (no copy); any other 1x1 (padded,
     # strided, odd plane, NHWC) does not
     pointwise, cf = geometry(CASES[6]), dict(space[0], channels_first=1)
@@ -189,10 +189,10 @@ def test_launches_follow_the_staging():
         assert conv_staging(other, cf) != "cf"
 
 
-def test_channels_first_default_is_an_opt_in(monkeypatch):
-    """HIDET_FRAMEWORK_CONV_CF=1: the space-0 pick of a pointwise stride-1 conv whose
-    default would copy x to NHWC reads it as it lies instead (one launch fewer);
-    nothing else changes, and without the variable nothing does."""
+def test_channels_first_is_the_pointwise_default(monkeypatch):
+    """The space-0 pick of a pointwise stride-1 conv whose tile would copy x to NHWC
+    reads it as it lies instead (one launch fewer); nothing else changes, and
+    HIDET_FRAMEWORK_CONV_CF=0 keeps the copy."""
     from hidet_plugin_matmul.cuda_conv import CF_ENV
 
     t, target = CudaConvImplicitGemm(), _target()
@@ -203,9 +203,9 @@ def test_channels_first_default_is_an_opt_in(monkeypatch):
         st = t.build(*task_of(g, "float16"), auto, target)
         return bool(st.params.get("channels_first")), [w.name for w in st.workspace]
 
-    monkeypatch.delenv(CF_ENV, raising=False)
+    monkeypatch.setenv(CF_ENV, "0")
     assert built(geo) == (False, ["conv_x_nhwc"])
-    monkeypatch.setenv(CF_ENV, "1")
+    monkeypatch.delenv(CF_ENV)
     assert built(geo) == (True, [])
     for other in (attrs.evolve(geo, kernel=(3, 3), pads=(1,) * 4), attrs.evolve(geo, stride=(2, 2)),
                   attrs.evolve(geo, height=7, width=7)):

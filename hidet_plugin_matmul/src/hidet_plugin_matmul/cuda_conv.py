@@ -8,8 +8,8 @@ rule: plugins register in entry-point order, "matmul" before "ops"):
 
 The template, when C/G % 8 == 0, copies x to NHWC in a workspace first (one
 memory-bound launch whose element reads take prologue grafts; the cp.async gather of
-16-byte channel chunks then reads the copy); with the opt-in parameter
-``channels_first`` (in no space, no default: not yet run on a GPU) a 1x1 stride-1
+16-byte channel chunks then reads the copy); with the parameter ``channels_first``
+(set on the space-0 pick by default, CF_ENV below; in no tuning space) a 1x1 stride-1
 unpadded conv whose planes are whole 8- or 16-byte chunks reads NCHW x as it lies
 instead (no copy; through the copy again when a prologue is grafted onto x); otherwise
 it gathers from NCHW directly (register-staged element reads). y is written NCHW by the kernel. The bias add stays a graph operator after the anchor: the fusion engine grafts it (and a
@@ -43,8 +43,11 @@ from hidet_plugin_matmul.cuda_defaults import AUTO, Gemm, Gpu, Kernel, choose, i
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_tensor_core import DEFAULT, tc_kernel, tc_legal
 
-# "1": the space-0 pick of a pointwise stride-1 conv of NCHW x reads x as it lies
-# (channels-first, cuda_conv_gather.channels_first) instead of copying it to NHWC first
+# The space-0 pick of a pointwise stride-1 conv of NCHW x reads x as it lies
+# (channels-first, cuda_conv_gather.channels_first) instead of copying it to NHWC first;
+# "0" turns that off. Measured on the H200 (session 9, docs/perf_notes.md): ResNet-50's
+# 1x1 shapes 1.03-1.89x cuDNN at batch 1 and 8 (the NHWC copy's 256->64@56 at batch 8 was
+# 0.76x), the model 0.467 -> 0.436 ms, 111 -> 92 launches.
 CF_ENV = "HIDET_FRAMEWORK_CONV_CF"
 
 # (block_m, block_n, warps_m, warps_n, block_k, stages, split_k)
@@ -145,7 +148,7 @@ class CudaConvImplicitGemm(Template):
         if 0 in prologue_inputs(attributes) and params.get("channels_first"):  # a prologue on x: the cp.async
             params = dict(params, channels_first=0)  # reads of x as it lies would refuse it; the copy's take it
         p = dict(DEFAULT, **resolve(params, lambda: auto_params(geo, target, dtypes.data_type(dtype).nbytes)))
-        if (is_auto(params) and os.environ.get(CF_ENV) == "1" and conv_staging(geo, p) == "nhwc"
+        if (is_auto(params) and os.environ.get(CF_ENV, "1") != "0" and conv_staging(geo, p) == "nhwc"
                 and channels_first(geo) and 0 not in prologue_inputs(attributes)):
             p["channels_first"] = 1  # the default's tile reading x as it lies: no NHWC copy launch
         (oh, ow), (kh, kw) = geo.out_hw, geo.kernel

@@ -54,9 +54,8 @@ def channels_first(geo: ConvGeometry) -> int:
 def conv_staging(geo: ConvGeometry, params: Mapping[str, Any]) -> str:
     if params.get("reg_stage"):
         return "reg"
-    # channels-first is an explicit opt-in (params["channels_first"]), in no space and no
-    # default: NOT YET RUN ON A GPU (session 6 lost its device windows); compiled with nvcc
-    # and its gather emulated on ints only
+    # channels-first (params["channels_first"]): set on the space-0 pick where it applies
+    # (cuda_conv.CF_ENV; measured on the H200 in session 9), in no tuning space
     if params.get("channels_first") and channels_first(geo):
         return "cf"
     if geo.cg % 8:

@@ -17,7 +17,7 @@ the bound checks the shape leaves and one select. Staging:
 - ``cp``: 16-byte cp.async chunks of 8 channels from NHWC, zero filled with src-size
   0 outside the image, the multi-stage pipeline; for an NCHW x ("nhwc") a first
   launch (`build_nhwc_copy`) writes x to an NHWC workspace and the pipeline reads it;
-- ``cf`` (opt-in ``channels_first``, not yet run on a GPU; 1x1, stride 1, no padding
+- ``cf`` (``channels_first``, the space-0 pick's default where it applies; 1x1, stride 1, no padding
   or groups, NCHW x with H*W % 4 == 0): A is x[n] read as it lies, a k-major matrix: 16-byte chunks of 8 pixels (8-byte
   chunks of 4 where H*W % 8 == 4) of one channel into a [BK, BM] shared tile,
   fragments by ldmatrix.trans; no copy launch;
