@@ -91,6 +91,7 @@ def _source(scheduled, target):
 def test_the_form_is_level_zero_and_the_variable_turns_it_off(monkeypatch, rng):
     target, template = _target(), _template()
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv("HIDET_FRAMEWORK_ATTENTION_SPLIT", "0")  # the split form (test_attention_split.py) off
     assert template.space(target, 0) == [{"form": "mma", "warps": "auto"}]
     assert {"form": "mma", "warps": 4} in template.space(target, 1)
     op, _, _ = _case(0, rng)
@@ -249,6 +250,7 @@ def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, monkeypatch, tmp
     from hidet_framework.driver.task_compiler import clear_task_cache
 
     monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv("HIDET_FRAMEWORK_ATTENTION_SPLIT", "0")  # the mma form itself, not the split form
     monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
     built = []
     real = cuda_attention.mma_kernel

@@ -1,7 +1,7 @@
 """The split form of the CUDA attention template (``{"form": "mma", "warps": W, "split":
-S}``, hidet_plugin_ops/cuda_attention_split.py), opt-in by HIDET_FRAMEWORK_ATTENTION_SPLIT=1.
-Unmarked: without the variable the spaces are as before (no split candidate anywhere);
-with it, level 0 is ``split`` "auto" and the spaces hold the split candidates; the auto
+S}``, hidet_plugin_ops/cuda_attention_split.py), level 0's pick unless
+HIDET_FRAMEWORK_ATTENTION_SPLIT=0. Unmarked: level 0 is ``split`` "auto" and the spaces
+hold the split candidates; with the variable at 0 no split candidate anywhere; the auto
 pick and the plan (chunk, keys resident, shared memory) follow M, N and the SM count;
 shapes outside G x S are refused; ineligible tasks build the scalar level-0 form; the
 float16 cases in a CPU emulation of the generated CUDA (mma_emulation.py, g++).
@@ -39,12 +39,12 @@ def _task(m, n, d=64, heads=12, mask=False):
     return y.producer.task, y.producer.attributes
 
 
-def test_the_variable_adds_the_form_and_leaves_the_spaces_alone_without_it(monkeypatch):
+def test_the_form_is_level_zero_and_the_variable_takes_it_out(monkeypatch):
     target, template = _target(), _template()
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, "0")
     assert template.space(target, 0) == [{"form": "mma", "warps": "auto"}]
     assert not any("split" in p for level in (0, 1, 2) for p in template.space(target, level))
-    monkeypatch.setenv(ENV, "1")
+    monkeypatch.delenv(ENV, raising=False)
     assert template.space(target, 0) == [_params("auto", "auto")]
     space = template.space(target, 2)
     assert all(_params(w, s) in space for w, s in SHAPES[:-1]) and {"form": "mma", "warps": 4} in space
@@ -58,15 +58,15 @@ def test_auto_follows_the_rows_and_the_multiprocessors():
 
     h200 = _target()
     few = Target("cuda", "sm_90", {**dict(h200.properties), "sm_count": 8})
-    assert auto_split(*_task(128, 128), h200) == (4, 4)  # GPT-2 / BERT: 96 blocks of 16 rows, keys in 4
+    assert auto_split(*_task(128, 128), h200) == (8, 8)  # GPT-2 / BERT: 96 blocks of 16 rows, keys in 8
     assert auto_split(*_task(128, 128, heads=48), h200) == (8, 4)  # 48 x 4 blocks of 32 rows fill 132 SMs
-    assert auto_split(*_task(128, 128, heads=24), h200) == (4, 4)  # 24 x 4 of 32 rows < 132: 16 rows
+    assert auto_split(*_task(128, 128, heads=24), h200) == (8, 8)  # 24 x 4 of 32 rows < 132: 16 rows
     assert auto_split(*_task(512, 128, heads=48), h200) is None  # the mma form's 384 blocks fill it already
     assert auto_split(*_task(128, 128), few) is None
-    assert auto_split(*_task(1, 4096, heads=32), h200) == (4, 4)  # decode: one row, the keys in 4
+    assert auto_split(*_task(1, 4096, heads=32), h200) == (8, 8)  # decode: one row, the keys in 8
     assert auto_split(*_task(64, 128, heads=100), h200) == (8, 4)  # 200 blocks of 32 rows fill 132 SMs
-    assert auto_split(*_task(20, 128, heads=100), h200) == (4, 4)  # M = 20: 200 blocks of 16 rows
-    assert auto_split(*_task(7, 128, heads=131), h200) == (4, 4)  # 131 blocks: one row group covers M = 7
+    assert auto_split(*_task(20, 128, heads=100), h200) == (8, 8)  # M = 20: 200 blocks of 16 rows
+    assert auto_split(*_task(7, 128, heads=131), h200) == (8, 8)  # 131 blocks: one row group covers M = 7
 
 
 def test_plan_chunks_keys_and_shared_memory():
@@ -212,7 +212,7 @@ def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, seq, monkeypatch
     heads, d = 12, 64
     fn = hf.compile(_block(dtype, True, heads, seq, d), target="cuda", space=0, parallel=False)
     clear_task_cache()
-    assert built and built[0] == (4, 4)  # the attention kernel is the split form, 16 rows a block
+    assert built and built[0] == (8, 8)  # the attention kernel is the split form, 16 rows a block
     x = rng.standard_normal((1, seq, 3 * heads * d)).astype(np.float32)
     device_x, exact = _rounded(x, dtype)
     q, k, v = (exact[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d).transpose(0, 2, 1, 3)

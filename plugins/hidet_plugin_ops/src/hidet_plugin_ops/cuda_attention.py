@@ -47,8 +47,8 @@ and no default (not yet run on a GPU in its current form). The tensor-core form
 (float32, other D) get the scalar forms above for it, and HIDET_FRAMEWORK_ATTENTION_MMA=0
 takes it out (level 0 and the spaces as without it). The split form (``{"form": "mma",
 "warps": W, "split": S}``, cuda_attention_split.py: the keys split over a block's warps,
-16-row blocks for short sequences) is opt-in: HIDET_FRAMEWORK_ATTENTION_SPLIT=1 makes
-``split`` "auto" level 0's pick and adds its candidates to the spaces (not yet run on a GPU).
+16-row blocks for short sequences) is level 0's pick and in the spaces where the mma form
+applies; HIDET_FRAMEWORK_ATTENTION_SPLIT=0 takes it out.
 """
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ class CudaAttention(Template):
 
     def space(self, target: Any, level: int) -> list[dict]:
         mma = [{"form": "mma", "warps": w} for w in ("auto", 2, 4, 8)] if enabled() else []  # unless env = 0
-        if mma and split_form.enabled():  # opt-in: keys split over a block's warps (cuda_attention_split.py)
+        if mma and split_form.enabled():  # unless env = 0: keys split over a block's warps (cuda_attention_split.py)
             mma = [{"form": "mma", "warps": "auto", "split": "auto"}] + mma + [
                 {"form": "mma", "warps": g * s, "split": s} for g, s in ((1, 4), (1, 8), (2, 4), (1, 2), (2, 2))]
         if level == 0:

@@ -1,7 +1,7 @@
 """``attention`` on CUDA with tensor cores, the keys split over a block's warps: the
-candidates ``{"form": "mma", "warps": W, "split": S}`` of ``ops.attention_cuda`` (opt-in:
-HIDET_FRAMEWORK_ATTENTION_SPLIT=1 makes ``split`` "auto" level 0's pick and adds the
-split candidates to the spaces; not yet run on a GPU).
+candidates ``{"form": "mma", "warps": W, "split": S}`` of ``ops.attention_cuda``: ``split``
+"auto" is level 0's pick and the split candidates are in the spaces (measured on the H200,
+docs/perf_notes.md "GPU models, session 9"); HIDET_FRAMEWORK_ATTENTION_SPLIT=0 takes them out.
 
 The mma form (cuda_attention_mma.py) gives each warp 16 query rows and all the keys, so
 a block of W warps holds 16 W rows: GPT-2's and BERT's 12 heads x 128 rows make 24
@@ -25,10 +25,14 @@ chunk. A mask (added or selected) is staged in shared memory with the tile's K a
 (``ms[r, jj]``, float32), so its loads overlap the operand loads instead of following
 each chunk's products (the mma form reads it per score, after the mma).
 
-"auto" (level 0 under the variable): S = 4 and G = 2 where that grid still gives every SM
-a block, else G = 1 (short sequences: GPT-2's 12 x 128 rows get G = 1); where the mma
-form's own grid (64-row blocks) already gives every SM a block, its candidate is built
-instead (the split form re-reads K and V in up to 4x the blocks).
+"auto" (level 0): 8 warps, G = 2 row groups of 4 key groups where that grid still gives
+every SM a block, else G = 1 of 8 key groups (short sequences: GPT-2's and BERT's 12 x 128
+rows get 96 blocks of 16 rows, 16 keys a warp); where the mma form's own grid (64-row
+blocks) already gives every SM a block, its candidate is built instead (the split form
+re-reads K and V in up to 4x the blocks). Measured on the H200 (session 9, CUPTI kernel
+time, 12 x 128 x 128 x 64 fp16 with the head split / merge grafted): GPT-2 9.04 us (the
+mma form) -> 5.56 (W 4, S 4) / 5.14 (8, 4) / 4.89 (8, 8) / 6.48 (4, 2); BERT 7.45 -> 5.20 /
+4.99 / 4.60 / 6.14.
 """
 from __future__ import annotations
 
@@ -56,8 +60,9 @@ GROUPS = (4, 2, 1)  # row groups of 16 rows, largest first
 
 
 def enabled() -> bool:
-    """Whether ``split`` "auto" is level 0's pick and the split candidates are in the spaces."""
-    return os.environ.get(ENV, "0") == "1"
+    """Whether ``split`` "auto" is level 0's pick and the split candidates are in the spaces:
+    yes unless ``HIDET_FRAMEWORK_ATTENTION_SPLIT=0`` (the mma form's level 0, to compare)."""
+    return os.environ.get(ENV, "1") != "0"
 
 
 def _props(target: Any):
@@ -72,9 +77,9 @@ def auto_split(task: Any, a: Mapping[str, Any], target: Any) -> tuple[int, int] 
     m = int(a["m"])
     if entries * -(-m // 64) >= sms:
         return None
-    split = 4
-    g = 2 if m > 16 and entries * -(-m // 32) >= sms else 1  # (G = 4 would be the mma form's grid)
-    return g * split, split
+    if m > 16 and entries * -(-m // 32) >= sms:  # 32-row blocks still fill the SMs
+        return 8, 4
+    return 8, 8  # (G = 4 would be the mma form's grid)
 
 
 def split_plan(task: Any, a: Mapping[str, Any], warps: int, split: int, target: Any) -> dict:
