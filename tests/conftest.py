@@ -132,7 +132,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         items.sort(key=lambda item: _longest_first_rank(item.nodeid))  # stable: the rest keep their order
 
 
-
 # -- suite time (issue 11): no frame-stack chunk thrashing on CPython 3.11/3.12 -------------
 # tests/stack_chunk_cache.py says why: the IR's recursive walks can map and unmap a 16 KiB
 # chunk of the interpreter's frame stack on every call; a C shim keeps one chunk for reuse
