@@ -214,9 +214,7 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
         from hidet_plugin_cpu.primitives import ROW_LANES, exp_sum, row_max
 
         own_math = lanes in ROW_LANES
-    lane_halves = []
-    while tiled and (lane_halves[-1] if lane_halves else lanes) > 1:
-        lane_halves.append((lane_halves[-1] if lane_halves else lanes) // 2)
+    lane_halves = [lanes >> k for k in range(1, lanes.bit_length())] if tiled else []  # lanes/2, ..., 1
 
     @script
     def attention_rows(qx: qt, kx: kt_t, vx: vt, mk: mt, yx: yt):
