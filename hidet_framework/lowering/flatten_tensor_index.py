@@ -15,6 +15,7 @@ tile) is re-declared here as a plain array of its layout's size.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hidet_framework.ir.expr import Expr, TensorElement, Var
@@ -32,8 +33,14 @@ class FlattenError(ValueError):
 
 
 def _identity_rank1(t: TensorType) -> bool:
+    return _identity_layout(layout_of(t))
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity_layout(layout: Any) -> bool:
+    """Memoised per layout (layouts are values): asked at every rank-1 access."""
     probe = Var("i", "int32")
-    return same_expr(simplify(layout_of(t)(probe)), probe)
+    return same_expr(simplify(layout(probe)), probe)
 
 
 class _Flatten(IRRewriter):

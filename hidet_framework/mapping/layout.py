@@ -189,8 +189,9 @@ class DenseLayout(Layout):
 
     def strides(self) -> tuple:
         """Stride of each dimension: the product of the extents of higher rank."""
-        return tuple(index_product([s for s, r in zip(self.shape, self.ranks) if r > rd])
-                     for rd in self.ranks)
+        if all(type(s) is int for s in self.shape):
+            return _int_strides(self.shape, self.ranks)
+        return _strides(self.shape, self.ranks)
 
     def _offset(self, indices: tuple) -> Index:
         out: Index = 0
@@ -205,6 +206,15 @@ class DenseLayout(Layout):
         if self.ranks == tuple(reversed(range(n))):
             return f"column_major({_fmt(self.shape)})"
         return f"dense({_fmt(self.shape)}, ranks={list(self.ranks)})"
+
+
+def _strides(shape: tuple, ranks: tuple) -> tuple:
+    return tuple(index_product([s for s, r in zip(shape, ranks) if r > rd]) for rd in ranks)
+
+
+# Memoised for constant shapes (Python ints in, ints out): lowering asks a tensor's
+# strides at every access it flattens. Symbolic shapes build fresh expressions each time.
+_int_strides = functools.lru_cache(maxsize=4096)(_strides)
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -366,7 +376,18 @@ def row_major(*shape: Index) -> DenseLayout:
 
 
 def layout_of(tensor_type: Any) -> "Layout":  # a TensorType's own layout, else row-major over its shape
-    return tensor_type.layout if tensor_type.layout is not None else row_major(*tensor_type.shape)
+    if tensor_type.layout is not None:
+        return tensor_type.layout
+    if all(type(s) is int for s in tensor_type.shape):
+        return _int_row_major(tensor_type.shape)
+    return row_major(*tensor_type.shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _int_row_major(shape: tuple) -> DenseLayout:
+    """Memoised for constant shapes: layouts are immutable values (lowering asks the
+    layout of a tensor at every access it flattens)."""
+    return row_major(*shape)
 
 
 def column_major(*shape: Index) -> DenseLayout:

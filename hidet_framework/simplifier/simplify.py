@@ -257,11 +257,19 @@ class Simplifier(IRRewriter):
     def _reset_memo(self) -> None:
         self._bounder = Bounder(self.var_bounds)
         self._memo: dict[int, tuple[Expr, Expr]] = {}  # id -> (expr kept alive, result)
+        self._seen_vars: set[Var] = set()  # every variable in an expression the memos hold
 
     def bind(self, v: Var, bound: Any) -> None:
-        """Record that `v` lies in `bound` from now on."""
+        """Record that `v` lies in `bound` from now on. The memos are dropped only when
+        an expression they hold has `v` in it: a result depends on the bounds of its own
+        variables alone, and a variable declared here was never seen before."""
         self.var_bounds[v] = as_interval(bound)
-        self._reset_memo()
+        if v in self._seen_vars:
+            self._reset_memo()
+
+    def visit_Var(self, e: Var) -> Expr:
+        self._seen_vars.add(e)
+        return e
 
     def bound(self, e: Expr) -> Interval:
         return self._bounder.bound(e)
@@ -278,6 +286,12 @@ class Simplifier(IRRewriter):
         return self.visit(e)
 
     def visit(self, node: Any) -> Any:
+        cls = type(node)
+        if cls is Constant:  # a leaf no rule rewrites (the memo would hold it as itself)
+            return node
+        if cls is Var:
+            self._seen_vars.add(node)
+            return node
         if not isinstance(node, Expr):
             return super().visit(node)
         hit = self._memo.get(id(node))
