@@ -20,7 +20,7 @@ from typing import Any
 
 from hidet_framework.ir.expr import Expr, TensorElement, Var
 from hidet_framework.ir.func import Function
-from hidet_framework.ir.functors import IRRewriter, collect
+from hidet_framework.ir.functors import IRRewriter, IRVisitor
 from hidet_framework.simplifier.simplify import same_expr, simplify
 from hidet_framework.ir.stmt import BufferStoreStmt, DeclareStmt
 from hidet_framework.ir.types import TensorType, tensor_type
@@ -78,12 +78,33 @@ class _Flatten(IRRewriter):
         return self.retyped.get(e, e)
 
 
+class _Declarations(IRVisitor):
+    """``collect(body, DeclareStmt)`` without entering expressions (they hold no
+    statements, and are most of a kernel's nodes)."""
+
+    def __init__(self) -> None:
+        self.found: dict[int, DeclareStmt] = {}  # by id, in visiting order, each once
+
+    def visit(self, node: Any) -> Any:
+        if not isinstance(node, Expr):
+            super().visit(node)
+
+    def visit_DeclareStmt(self, s: DeclareStmt) -> None:
+        self.found.setdefault(id(s), s)
+
+
+def _declarations(body: Any) -> list:
+    walker = _Declarations()
+    walker.visit(body)
+    return list(walker.found.values())
+
+
 class FlattenTensorIndex(FunctionPass):
     name = "flatten_tensor_index"
 
     def run_on_function(self, fn: Function, ctx: Any) -> Function:
         retyped = {}
-        for decl in collect(fn.body, DeclareStmt):
+        for decl in _declarations(fn.body):
             t = decl.var.type
             if isinstance(t, TensorType) and t.rank == 1 and not _identity_rank1(t):
                 retyped[decl.var] = Var(decl.var.hint, tensor_type(t.dtype, (layout_of(t).size,)))

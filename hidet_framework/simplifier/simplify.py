@@ -35,6 +35,7 @@ from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.simplifier.simplify_div_mod import (
     div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples, split_partial_multiples,
 )
+from hidet_framework.simplifier.purity import Purity, pure_call
 from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
@@ -60,8 +61,7 @@ def same_expr(a: Any, b: Any) -> bool:
 def is_pure(e: Expr) -> bool:
     """No calls with possible effects (primitives that declare bounds only read state,
     such as thread indices), so the expression may be dropped or duplicated."""
-    return all(lookup_primitive(c.func) is not None and lookup_primitive(c.func).bounds is not None
-               for c in collect(e, Call))
+    return all(pure_call(c) for c in collect(e, Call))
 
 
 # ----------------------------------------------------------------- the rule tables
@@ -252,6 +252,7 @@ class Simplifier(IRRewriter):
 
     def __init__(self, var_bounds: Optional[Mapping[Var, Any]] = None) -> None:
         self.var_bounds: dict[Var, Interval] = {v: as_interval(b) for v, b in (var_bounds or {}).items()}
+        self._purity = Purity()  # purity does not depend on bounds: never reset
         self._reset_memo()
 
     def _reset_memo(self) -> None:
@@ -275,7 +276,7 @@ class Simplifier(IRRewriter):
         return self._bounder.bound(e)
 
     def may_drop(self, e: Expr) -> bool:
-        return is_pure(e)
+        return self._purity.check(e)
 
     def keep_type(self, result: Expr, original: Expr) -> Expr:
         """`result`, cast to the type of `original` when its own type differs (x + 0 with
@@ -338,7 +339,7 @@ class Simplifier(IRRewriter):
         if type_range(t) is None:
             return None
         b = self.bound(e)
-        if b.is_point() and is_pure(e):
+        if b.is_point() and self._purity.check(e):
             return const(b.lo, t)
         return None
 
