@@ -299,8 +299,10 @@ class Simplifier(IRRewriter):
         if hit is not None and hit[0] is node:
             return hit[1]
         result = node
+        table = self._visit_table
         for _ in range(self.max_rewrites):
-            children_done = super().visit(result)
+            method = table.get(type(result)) or self._visit_method(type(result))  # the dispatch, inlined
+            children_done = method(self, result)
             rewritten = self._rewrite_once(children_done)
             if rewritten is None:
                 result = children_done
