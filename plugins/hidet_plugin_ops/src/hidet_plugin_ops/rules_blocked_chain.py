@@ -20,8 +20,9 @@ no conversion kernel inside it:
 Each phase runs to its fixpoint, so the ``from_blocked`` a convolution leaves is pushed
 past the elementwise operators and taken away by the next convolution: a
 ``from_blocked`` remains only before an operator that cannot read the layout (a pool, a
-graph output, an add of a blocked and an NCHW tensor), where it is an element read the
-fusion engine grafts into that operator's kernel (a bijection: L divides C). A chain's
+graph output, an add of a blocked and an NCHW tensor): one conversion at the chain's end
+(ResNet-50: the identity of the last block, 400 KB, 80-92 us), an element read grafted
+into that operator's kernel where the fusion engine can (a bijection: L divides C). A chain's
 first convolution reads NCHW and its last writes NCHW when nothing after it is a
 convolution (the stem before the max pool, the last block before the global pool),
 so the layout changes only at a chain's two ends.
