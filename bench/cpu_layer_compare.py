@@ -12,8 +12,9 @@ Both sides at ``--threads`` (1 by default, where ours is timed with the thread's
 clock: on a loaded machine the figure that stays put; onnxruntime's profiler times
 the wall clock, so its median and its minimum are both printed, and the ratios are
 given against both). ORT's layout nodes (ReorderInput/Output) and Reshape have no
-kernel of ours; our copy launches (``*_copy_*``, the GEMV's staging of its input) are
-added to the launch after them. The table then sums each kind of layer (stem,
+kernel of ours; our copy launches (``*_copy_*``, the GEMV's staging of its input) and
+layout conversions (``from_blocked*``, at the end of a blocked chain) are added to the
+launch after them. The table then sums each kind of layer (stem,
 pointwise by image size, depthwise), which is where a model's gap to onnxruntime is
 read from.
 """
@@ -94,8 +95,12 @@ def main() -> int:
     parser.add_argument("--models", default="mobilenet_v2")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--rules-off", default="",
+                        help="rewrite rules switched off while compiling ours (comma-separated names): an A/B, e.g. "
+                             "cpu_chain_write,cpu_chain_elementwise,cpu_chain_read (the blocked chains)")
     args = parser.parse_args()
     import hidet_framework as hf
+    from hidet_framework.extension import rules_off
 
     clock = time.thread_time if THREADS == 1 else time.perf_counter
     print(machine_line())
@@ -106,19 +111,21 @@ def main() -> int:
             probe = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
             feed = _inputs(probe, np.random.default_rng(0))
             arrays = [feed[i.name] for i in probe.get_inputs()]
-            fn = hf.compile(hf.load(path), target="cpu", space=0)
+            with rules_off(*[r for r in args.rules_off.split(",") if r]):
+                fn = hf.compile(hf.load(path), target="cpu", space=0)
             fn(*arrays)
             ours = sorted(profile(fn, arrays, args.repeat, clock, in_sequence=True), key=lambda r: r[1])
             shapes = [[tuple(a.shape) for a in launch[1] if hasattr(a, "shape")] for launch in bound_launches(fn, arrays)]
             peer = [r for r in ort_node_times(path, feed, args.repeat, folder) if r[1] not in ("ReorderOutput",
                                                                                                 "ReorderInput", "Reshape")]
             print(f"\n## {name}: {len(ours)} launches of ours, {len(peer)} onnxruntime nodes "
-                  f"(load average {os.getloadavg()[0]:.1f})\n")
+                  f"(load average {os.getloadavg()[0]:.1f}"
+                  + (f"; ours with rules off: {args.rules_off}" if args.rules_off else "") + ")\n")
             print("| # | ours: kernel | input -> output | ours us | ORT node | ORT us median / min | ort/ours |")
             print("|---|---|---|---|---|---|---|")
             rows, carry = [], 0.0
             for k, (t, _, kname, _) in enumerate(ours):
-                if "_copy_" in kname:
+                if "_copy_" in kname or kname.startswith("from_blocked"):
                     carry += t
                     continue
                 rows.append((k, kname, t + carry))

@@ -15,7 +15,7 @@ from hidet_framework.extension import hookimpl
 
 from . import (
     activations, attention, binary, conv, index_ops, pooling, rewrites, rules_attention, rules_blocked,
-    rules_fold_conv2d, rules_horizontal, rules_horizontal_conv, shape_layout, shape_select, unary,
+    rules_blocked_chain, rules_fold_conv2d, rules_horizontal, rules_horizontal_conv, shape_layout, shape_select, unary,
 )
 
 
@@ -42,7 +42,8 @@ def register_passes(register) -> None:
     from .cpu_conv import PACK_RULE
 
     for rule in (*rules_fold_conv2d.RULES, *rules_horizontal.RULES, *rules_horizontal_conv.RULES, PACK_RULE,
-                 *rewrites.RULES, *rules_attention.RULES, *rules_blocked.RULES):
+                 *rewrites.RULES, *rules_attention.RULES, *rules_blocked.RULES,
+                 *rules_blocked_chain.RULES):
         register(rule.name, rule)
 
 
@@ -58,6 +59,9 @@ def register_templates(register) -> None:
     from .cpu_max_pool import CpuMaxPool2d
 
     register(CpuMaxPool2d.name, CpuMaxPool2d())   # max_pool2d: rows, then columns (cpu_max_pool.py)
+    from .cpu_avg_pool import CpuAvgPool2dRows
+
+    register(CpuAvgPool2dRows.name, CpuAvgPool2dRows())   # avg_pool2d the same way, above CpuAvgPool2d
     register(CpuAttention.name, CpuAttention())
     register(CudaAttention.name, CudaAttention())
     # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)

@@ -14,8 +14,9 @@ past O), ``ob`` output channels contiguous: ``ob / lanes`` SIMD vectors, the vec
 width read from the machine (`block_width`). ``conv2d_packed`` keeps conv2d's
 activation layout, NCHW in and NCHW out, so no layout conversion is needed anywhere
 in the graph; its template is the direct convolution of `cpu_conv_template.py`.
-Inside MobileNet-style blocks the rules of `rules_blocked.py` make it write
-(``out_lanes``) or read (a rank-5 x) the channel-blocked activation layout of
+Inside MobileNet-style blocks the rules of `rules_blocked.py`, and along chains of
+convolutions joined by elementwise operators those of `rules_blocked_chain.py`, make
+it write (``out_lanes``) or read (a rank-5 x) the channel-blocked activation layout of
 `cpu_blocked.py` instead.
 
 Depthwise convolutions keep their own schedule (`cpu_depthwise_conv.py`); grouped

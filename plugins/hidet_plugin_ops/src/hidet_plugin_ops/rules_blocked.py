@@ -17,8 +17,9 @@ of the convolutions are packed, `cpu_conv.PACK_RULE`):
    alone and none a graph output, reads the blocked ``t`` (the elementwise operators
    applied to it) and writes NCHW as before.
 
-So the layout exists only inside a block, between a convolution that writes it and a
-1x1 that reads it, with no conversion kernel; a depthwise convolution anywhere else
+So these rules put the layout inside a block, between a convolution that writes it and a
+1x1 that reads it, with no conversion kernel (`rules_blocked_chain.py`, at phase 3,
+extends it along chains of convolutions); a depthwise convolution anywhere else
 (a graph input, a consumer that cannot read the layout, a tensor read twice or
 returned) keeps its NCHW kernel. Elementwise operators move into the layout only when
 they read one tensor at the output's own index (their math does not depend on it).
@@ -29,53 +30,30 @@ from __future__ import annotations
 from typing import Any
 
 from hidet_framework.compute import compute, tensor_input
-from hidet_framework.compute.definitions import ComputeRewriter, substitute_compute
+from hidet_framework.compute.definitions import substitute_compute
 from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Tensor
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.equality import structural_equal
-from hidet_framework.ir.expr import Expr, TensorElement, const, var
 
 from .common import load, make_operator
 from .cpu_blocked import (
     FROM_BLOCKED, blocked_lanes, blocked_pack, conv2d_depthwise_blocked, from_blocked,
 )
 from .cpu_conv import PACKED_OPERATOR, conv2d_packed
+from .rules_blocked_chain import elementwise_form
 
 __all__ = ["RULES", "reapply_elementwise"]
-
-
-class _Hole(ComputeRewriter):
-    def __init__(self, node: Any, hole: Any) -> None:
-        self.node, self.hole, self.reads = node, hole, []
-
-    def visit_TensorElement(self, e: TensorElement) -> Expr:
-        if e.base is self.node:
-            self.reads.append(e)
-            return self.hole
-        return super().visit_TensorElement(e)
 
 
 def _elementwise_form(op: Any) -> Any:
     """(value with the input read replaced by a hole, the hole) where `op` reads one
     tensor, of its output's shape, only at the output's own index, and its value does
-    not depend on the index otherwise; else None."""
-    task = op.task
-    if len(op.inputs) != 1 or len(op.outputs) != 1 or len(task.inputs) != 1 or len(task.outputs) != 1:
+    not depend on the index otherwise (`rules_blocked_chain.elementwise_form` of one
+    input); else None."""
+    form = elementwise_form(op)
+    if form is None or len(form[1]) != 1:
         return None
-    node, out = task.inputs[0], task.outputs[0]
-    if tuple(op.inputs[0].shape) != tuple(op.outputs[0].shape) or op.inputs[0].dtype is not op.outputs[0].dtype:
-        return None
-    axes = list(out.definition.axes)
-    hole = var("blocked_in", node.dtype)
-    rewriter = _Hole(node, hole)
-    value = rewriter.visit(task.inlined_value(out))
-    if not rewriter.reads or any(not structural_equal(list(r.indices), axes) for r in rewriter.reads):
-        return None
-    probe = substitute_compute(value, {a: const(0, dtypes.int32) for a in axes})
-    if not structural_equal(probe, value):      # the value reads its index elsewhere
-        return None
-    return value, hole
+    return form[0], form[1][0]
 
 
 def reapply_elementwise(op: Any, x: Tensor) -> Tensor | None:

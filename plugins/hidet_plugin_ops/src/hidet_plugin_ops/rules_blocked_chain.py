@@ -1,0 +1,183 @@
+"""The CPU rewrite rules that run chains of convolutions in the channel-blocked layout.
+
+A ResNet backbone is convolutions joined by elementwise operators: the relu between
+two convolutions, the residual add (and its relu) between one block's last 1x1 and the
+next block's first. Three rules (``targets=("cpu",)``, phase 3: after the weights are
+packed and after `rules_blocked.py`'s inverted-residual rules) put such a chain in the
+layout of `cpu_blocked.py` (``[N, C/L, H, W, L]``, L the machine's float32 lanes) with
+no conversion kernel inside it:
+
+1. `chain_write`: a float32 ``conv2d_packed`` writing NCHW, its O a multiple of L,
+   whose output reaches another ``conv2d_packed`` over elementwise operators only (any
+   reader, `CHAIN_DEPTH` operators at most), writes the blocked layout:
+   ``from_blocked(conv2d_packed(..., out_lanes=L))``.
+2. `chain_elementwise`: an elementwise operator (each input of the output's shape read
+   at the output's own index, its value independent of the index: the relu, the
+   residual add) whose inputs are all ``from_blocked`` of L-lane tensors of the same
+   channels runs on the blocked tensors: ``from_blocked(op(t1, t2, ...))``.
+3. `chain_read`: a ``conv2d_packed`` whose x is ``from_blocked(t)`` reads ``t``.
+
+Each phase runs to its fixpoint, so the ``from_blocked`` a convolution leaves is pushed
+past the elementwise operators and taken away by the next convolution: a
+``from_blocked`` remains only before an operator that cannot read the layout (a pool, a
+graph output, an add of a blocked and an NCHW tensor): one conversion at the chain's end
+(ResNet-50: the identity of the last block, 400 KB, 80-92 us), an element read grafted
+into that operator's kernel where the fusion engine can (a bijection: L divides C). A chain's
+first convolution reads NCHW and its last writes NCHW when nothing after it is a
+convolution (the stem before the max pool, the last block before the global pool),
+so the layout changes only at a chain's two ends.
+
+Why (AVX-512 Zen 4, ResNet-50, one thread, perf_notes "Session 9/10 cpuconv"): a 1x1
+convolution in NCHW either stores its (pixels x channel vectors) tile transposed or
+turns the tile around and reads C strided pixel rows per tile (the pointwise form);
+blocked, a pixel's channels are one vector on both sides, and the 3x3 reads its taps
+from a pixel's contiguous channels.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hidet_framework.compute import compute, tensor_input
+from hidet_framework.compute.definitions import ComputeRewriter, substitute_compute
+from hidet_framework.extension import RewriteRule
+from hidet_framework.graph import Tensor
+from hidet_framework.ir import dtypes
+from hidet_framework.ir.equality import structural_equal
+from hidet_framework.ir.expr import Expr, TensorElement, const, var
+
+from .common import load, make_operator
+from .cpu_blocked import FROM_BLOCKED, blocked_lanes, from_blocked
+from .cpu_conv import PACKED_OPERATOR, conv2d_packed
+
+__all__ = ["RULES", "CHAIN_DEPTH", "ELEMENTWISE_NAMES", "elementwise_form", "reapply"]
+
+CHAIN_DEPTH = 4      # elementwise operators between two convolutions of one chain, at most
+# the operators rule 2 is shown (it checks their form; a name here is not a promise)
+ELEMENTWISE_NAMES = ("add", "sub", "mul", "maximum", "minimum", "relu", "clip", "sigmoid", "hardswish",
+                     "hardsigmoid", "leaky_relu", "silu", "gelu", "tanh")
+
+
+class _Holes(ComputeRewriter):
+    def __init__(self, holes: dict) -> None:
+        self.holes, self.reads = holes, []
+
+    def visit_TensorElement(self, e: TensorElement) -> Expr:
+        if e.base in self.holes:
+            self.reads.append(e)
+            return self.holes[e.base]
+        return super().visit_TensorElement(e)
+
+
+def _at_axes(read: TensorElement, axes: list) -> bool:
+    """`read` indexes its tensor by the very axis variables, in order (structural_equal
+    identifies variables up to renaming: ``x[i0, i1, i3, i2]`` would equal the axes)."""
+    return len(read.indices) == len(axes) and all(i is a for i, a in zip(read.indices, axes))
+
+
+def elementwise_form(op: Any) -> Any:
+    """(value with each input read replaced by a hole, the holes in input order) where
+    `op` has one output and reads each input, of the output's shape and dtype, only at
+    the output's own index, and its value does not depend on the index otherwise;
+    else None."""
+    task = op.task
+    if len(op.outputs) != 1 or len(task.outputs) != 1 or len(task.inputs) != len(op.inputs) or not op.inputs:
+        return None
+    out, shape = task.outputs[0], tuple(op.outputs[0].shape)
+    if any(tuple(t.shape) != shape or t.dtype is not op.outputs[0].dtype for t in op.inputs):
+        return None
+    axes = list(out.definition.axes)
+    holes = {node: var(f"chain_in{k}", node.dtype) for k, node in enumerate(task.inputs)}
+    rewriter = _Holes(holes)
+    value = rewriter.visit(task.inlined_value(out))
+    if not rewriter.reads or any(not _at_axes(r, axes) for r in rewriter.reads):
+        return None
+    probe = substitute_compute(value, {a: const(0, dtypes.int32) for a in axes})
+    if not structural_equal(probe, value):      # the value reads its index elsewhere
+        return None
+    return value, [holes[node] for node in task.inputs]
+
+
+def reapply(op: Any, xs: list) -> Tensor | None:
+    """`op` (of `elementwise_form`) applied to `xs`, tensors of one shape (any)."""
+    form = elementwise_form(op)
+    if form is None or len({tuple(x.shape) for x in xs}) != 1:
+        return None
+    value, holes = form
+    nodes = [tensor_input(f"x{k}", x.dtype, x.shape) for k, x in enumerate(xs)]
+
+    def element(*axes):
+        return substitute_compute(value, {h: load(n, list(axes)) for h, n in zip(holes, nodes)})
+
+    y = compute("y", list(xs[0].shape), element, dtype=op.outputs[0].dtype)
+    return make_operator(op.name, list(xs), nodes, [y], dict(op.attributes))[0]
+
+
+def _lanes() -> int:
+    from hidet_framework.extension import plugin_host
+
+    return blocked_lanes(plugin_host().backend_for("cpu").detect_target())
+
+
+def _reaches_conv(t: Tensor, uses: Any, depth: int) -> bool:
+    """`t` is read by a ``conv2d_packed`` (as x) directly or over at most `depth`
+    elementwise operators."""
+    for reader, index in uses.original_readers(t) or ():
+        if reader.name == PACKED_OPERATOR and index == 0:
+            return True
+        if depth > 0 and reader.name in ELEMENTWISE_NAMES and elementwise_form(reader) is not None \
+                and _reaches_conv(reader.outputs[0], uses, depth - 1):
+            return True
+    return False
+
+
+def _packed_args(op: Any) -> tuple:
+    p, a = op.inputs, op.attributes
+    return p[1], (p[2] if len(p) > 2 else None), a["out_channels"], a["stride"], a["padding"], a["dilation"]
+
+
+def chain_write(op: Any, uses: Any) -> list[Tensor] | None:
+    if op.name != PACKED_OPERATOR or op.attributes.get("out_lanes") or op.outputs[0].rank != 4:
+        return None
+    lanes = _lanes()
+    o, ob = int(op.attributes["out_channels"]), int(op.inputs[1].shape[4])
+    if lanes < 2 or o % lanes or ob % lanes or op.outputs[0].dtype is not dtypes.float32 or uses.is_output(op.outputs[0]):
+        return None
+    if not _reaches_conv(op.outputs[0], uses, CHAIN_DEPTH):
+        return None
+    return [from_blocked(conv2d_packed(op.inputs[0], *_packed_args(op), out_lanes=lanes), o)]
+
+
+def _blocked_source(t: Tensor) -> Tensor | None:
+    p = t.producer
+    return p.inputs[0] if p is not None and p.name == FROM_BLOCKED and t.rank == 4 else None
+
+
+def chain_elementwise(op: Any) -> list[Tensor] | None:
+    if op.name not in ELEMENTWISE_NAMES:
+        return None
+    sources = [_blocked_source(t) for t in op.inputs]
+    if not sources or any(s is None for s in sources) or len({tuple(s.shape) for s in sources}) != 1:
+        return None
+    if len({t.shape[1] for t in op.inputs}) != 1:
+        return None
+    y = reapply(op, sources)
+    return None if y is None else [from_blocked(y, op.outputs[0].shape[1])]
+
+
+def chain_read(op: Any) -> list[Tensor] | None:
+    if op.name != PACKED_OPERATOR or op.inputs[0].rank != 4:
+        return None
+    t = _blocked_source(op.inputs[0])
+    if t is None:
+        return None
+    return [conv2d_packed(t, *_packed_args(op), out_lanes=op.attributes.get("out_lanes", 0))]
+
+
+RULES = (
+    RewriteRule("cpu_chain_write", (PACKED_OPERATOR,), chain_write, phase=3, needs_uses=True, targets=("cpu",),
+                description="a conv2d_packed whose output reaches another convolution writes the blocked layout"),
+    RewriteRule("cpu_chain_elementwise", ELEMENTWISE_NAMES, chain_elementwise, phase=3, targets=("cpu",),
+                description="an elementwise operator of blocked inputs runs on the blocked layout"),
+    RewriteRule("cpu_chain_read", (PACKED_OPERATOR,), chain_read, phase=3, targets=("cpu",),
+                description="a conv2d_packed reads a blocked tensor in place of from_blocked"),
+)
