@@ -1,14 +1,13 @@
 """The CPU template of ``matmul_prepacked`` (short M, B packed at compile time by
 `cpu_prepack.py`): GEMV for M of 1 to 4, and GEMM up to MAX_ROWS (512) rows.
 
-    parallel over workers w:                    (task mapping spatial(workers))
-        for each of w's panels p (a loop: the count grows with N):
-            for each K block (kc deep: the panel's kc x nr block stays in L1):
-                for each block of mr rows:
-                    mr x nv SIMD accumulators (from the partial sums after the
-                    first K block), kcur FMA steps: nv panel vectors (contiguous,
-                    streamed from memory once) times one broadcast A value per row
-                    last K block: C through element stores (fusion grafts there)
+    parallel over items w, one B panel p each:  (task mapping spatial(panels))
+        for each K block (kc deep: the panel's kc x nr block stays in L2):
+            for each block of mr rows:
+                mr x nv SIMD accumulators (from the partial sums after the
+                first K block), kcur FMA steps: nv panel vectors (contiguous,
+                streamed from memory once) times one broadcast A value per row
+                last K block: C through element stores (fusion grafts there)
 
 A is first copied by its own launch (``_copy_a``, the only reader of A, so a fused
 prologue is grafted there and computed once per element; reading A in the
@@ -20,7 +19,10 @@ contiguous ``[K, nr]`` blocks: the kernel reads the weights exactly once per cal
 
 Space (from the machine only): ``mr`` (rows per register tile, from the register
 count: ``mr * nv`` accumulators plus nv panel vectors and a broadcast fit the file),
-``kc`` (from L1), ``ku`` (unroll hint). The build clamps mr to M.
+``kc`` (a panel block in a quarter of L2: each K block after the first reloads and
+stores the tile's partial sums, and a block in L1 (kc 64 with AVX-512's 64-wide
+panels) measured 5-9% slower alone on GPT-2's 128-row products, 0.5-2% in the model),
+``ku`` (unroll hint). The build clamps mr to M and balances the K blocks.
 """
 from __future__ import annotations
 
@@ -42,8 +44,6 @@ from hidet_plugin_matmul.cpu_space import FLOAT_BYTES, target_facts
 __all__ = ["CpuPrepackedMatmul", "gemv_space", "build_cpu_gemv"]
 
 
-TASKS_PER_WORKER = 4
-
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -55,15 +55,15 @@ def gemv_space(target: Any, level: int, nr: int) -> list[dict]:
     lanes = facts["lanes"]
     nv = max(1, nr // lanes)
     mr_max = max(1, (facts["registers"] - nv - 2) // nv)
-    kc = max(16, int(facts["l1"] * 0.5 / (nr * FLOAT_BYTES)) // 16 * 16)
+    kc = max(16, int(facts["l2"] * 0.25 / (nr * FLOAT_BYTES)) // 16 * 16)
     rows = [mr_max] + [r for r in (4, 2, 1, 8, 6, 3) if r < mr_max]
     out = [{"mr": rows[0], "kc": kc, "ku": 4, "workers": facts["cores"]}]
     if level == 0:
         return out
     for mr in rows:
-        for kc_scale in (1, 2, 4):
+        for kc_div in (1, 4, 16):
             for ku in (4, 1):
-                c = {"mr": mr, "kc": kc * kc_scale, "ku": ku, "workers": facts["cores"]}
+                c = {"mr": mr, "kc": max(16, kc // kc_div), "ku": ku, "workers": facts["cores"]}
                 if c not in out:
                     out.append(c)
     # one worker: a small product is over before a second thread has started
@@ -125,18 +125,21 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     mr = max(1, min(int(params["mr"]), m))
     kc = max(1, min(int(params["kc"]), k))
+    kc = _ceil_div(k, _ceil_div(k, kc))      # balanced K blocks (no short last block)
     ku = int(params.get("ku", 4))
     workers = max(1, int(params.get("workers", facts["cores"])))
     panels = _ceil_div(n, nr)
-    # parallel items: TASKS_PER_WORKER per thread (one or more panels each), which the
-    # thread pool hands out dynamically (a descheduled thread holds back one item)
-    workers = min(workers * TASKS_PER_WORKER if workers > 1 else 1, panels)
-    per_worker = _ceil_div(panels, workers)
+    # parallel items: one B panel each (the thread pool claims them a few at a time:
+    # a thread that finishes early takes the next, a descheduled one holds back only
+    # what it claimed); one worker: every panel in one item. Session 10: four items
+    # a thread (36 panels as 7 x 5 + 1) ran GPT-2's 128x2304x768 at 125-162 GFLOP/s on
+    # two Zen 4 cores against 199 with one panel an item (fastest of 41 calls).
+    items = panels if workers > 1 else 1
     k_blocks = _ceil_div(k, kc)
     row_blocks = _ceil_div(m, mr)
     part_len = row_blocks * mr * nr if k_blocks > 1 else 1
     micro_kernel = _micro_kernel(name, vec, lanes, m, k, mr, nr, ku, k_blocks, panels, part_len)
-    owner = spatial(workers)
+    owner = spatial(items)
 
     @script
     def matmul_cpu_gemv_copy_a(a: f32[m, k], ac: f32[m, k]):
@@ -152,30 +155,28 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: f32[m, n]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for w in parallel(workers):
+        for w in parallel(items):
             tile = local_tensor(f32, [mr * nr])
             part = local_tensor(f32, [part_len])
             for jw in owner.on(w):
-                for q in range(per_worker):
-                    p = jw * per_worker + q
-                    if p < panels:
-                        col0 = p * nr
-                        for kb in range(k_blocks):
-                            pc = kb * kc
-                            kcur = min(kc, k - pc)
-                            for rb in range(row_blocks):
-                                row0 = rb * mr
-                                micro_kernel(a, bp, part, tile, p, row0, pc, kcur, kb)
-                                if kb == k_blocks - 1:
-                                    if row0 + mr <= m and col0 + nr <= n:
-                                        for i in range(mr):
-                                            for j in range(nr):
+                for p in range(jw * panels // items, (jw + 1) * panels // items):
+                    col0 = p * nr
+                    for kb in range(k_blocks):
+                        pc = kb * kc
+                        kcur = min(kc, k - pc)
+                        for rb in range(row_blocks):
+                            row0 = rb * mr
+                            micro_kernel(a, bp, part, tile, p, row0, pc, kcur, kb)
+                            if kb == k_blocks - 1:
+                                if row0 + mr <= m and col0 + nr <= n:
+                                    for i in range(mr):
+                                        for j in range(nr):
+                                            c[row0 + i, col0 + j] = tile[i * nr + j]
+                                else:
+                                    for i in range(mr):
+                                        for j in range(nr):
+                                            if row0 + i < m and col0 + j < n:
                                                 c[row0 + i, col0 + j] = tile[i * nr + j]
-                                    else:
-                                        for i in range(mr):
-                                            for j in range(nr):
-                                                if row0 + i < m and col0 + j < n:
-                                                    c[row0 + i, col0 + j] = tile[i * nr + j]
 
     launches = (Launch(name + "_copy_a", (BufferRef("input", 0), BufferRef("workspace", 0))),
                 Launch(name, (BufferRef("workspace", 0), BufferRef("input", 1), BufferRef("output", 0))))

@@ -38,19 +38,33 @@ def _packed(b, nr):
     return np.ascontiguousarray(padded.reshape(k, panels, nr).transpose(1, 0, 2))
 
 
+@pytest.mark.parametrize("isa", ["native", "avx2"])
 @pytest.mark.parametrize("mkn", [(1, 1, 1), (1, 37, 101), (2, 129, 67), (3, 5, 1000), (4, 300, 17),
-                                 (5, 77, 31), (13, 41, 97), (32, 64, 257), (131, 769, 67), (509, 23, 1031)],
+                                 (5, 77, 31), (13, 41, 97), (32, 64, 257), (131, 769, 67), (509, 23, 1031),
+                                 (7, 2053, 1153)],
                          ids=str)
-def test_gemv_candidates_against_float64(cpu_backend, rng, mkn):
+def test_gemv_candidates_against_float64(cpu_backend, rng, mkn, isa, monkeypatch):
+    """Every panel one item (several threads) or all in one (one worker); K in one
+    block (the default up to 1024 here) or several (kc 16; 2053 in three balanced
+    blocks of the default); on this machine's ISA and on AVX2 (gcc told -mno-avx512f,
+    16-wide panels)."""
     m, k, n = mkn
     target = cpu_backend.detect_target()
+    if isa == "avx2":
+        from hidet_plugin_cpu import build
+
+        if target.get("vector_bits", 256) < 256:
+            pytest.skip("no AVX2 here")
+        target = Target("cpu", target.arch, {**target.properties, "vector_bits": 256})
+        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
     nr = cpu_prepack.panel_width(target)
     task, attributes = _prepacked_task(m, k, n, nr)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     space = gemv_space(target, 1, nr)
-    for params in [space[0], space[-1]] + [p for p in space if p["mr"] == 1][:1] + [dict(space[0], kc=16)]:
+    for params in [space[0], space[-1]] + [p for p in space if p["mr"] == 1][:1] + [dict(space[0], kc=16),
+                                                                                   dict(space[0], workers=1)]:
         compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
         c = np.full((m, n), np.nan, np.float32)
         compiled.run([a, _packed(b, nr)], [c])
@@ -70,7 +84,8 @@ def test_space_comes_from_the_machine():
         regs = 32 if target.get("vector_bits") == 512 else 16
         for params in gemv_space(target, 2, nr):
             assert params["mr"] * nv + nv + 1 <= regs       # the register tile fits the file
-            assert params["kc"] * nr * 4 <= 2 * (32 << 10)  # a K block of a panel fits L1 (x scale)
+            assert params["kc"] * nr * 4 <= (1 << 20) // 4  # a K block of a panel fits a quarter of L2
+        assert gemv_space(target, 0, nr)[0]["kc"] * nr * 4 > (1 << 20) // 8  # ... and fills it (no L1 block)
 
 
 def _compiled_graph(m, k, n, rng, constant_b=True, batch=None):

@@ -59,6 +59,9 @@ def register_templates(register) -> None:
     from .cpu_max_pool import CpuMaxPool2d
 
     register(CpuMaxPool2d.name, CpuMaxPool2d())   # max_pool2d: rows, then columns (cpu_max_pool.py)
+    from .cpu_avg_pool import CpuAvgPool2dRows
+
+    register(CpuAvgPool2dRows.name, CpuAvgPool2dRows())   # avg_pool2d the same way, above CpuAvgPool2d
     register(CpuAttention.name, CpuAttention())
     register(CudaAttention.name, CudaAttention())
     # conv2d with weights packed at compile time: direct convolution (cpu_conv.py)
