@@ -143,9 +143,19 @@ _ARITHMETIC = {
 
 def type_range(t: Any) -> Optional[Interval]:
     """All values of an integer or boolean type; None for other types."""
+    hit = _TYPE_RANGES.get(id(t))  # asked of nearly every subexpression the simplifier visits
+    if hit is not None and hit[0] is t:
+        return hit[1]
     if isinstance(t, DataType) and t.lanes == 1 and (t.is_integer() or t.is_bool()):
-        return _full_range(t)
-    return None
+        r = _full_range(t)
+    else:
+        r = None
+    if isinstance(t, DataType):  # interned and few; the entry keeps it alive, so its id is never reused
+        _TYPE_RANGES[id(t)] = (t, r)
+    return r
+
+
+_TYPE_RANGES: dict[int, tuple] = {}
 
 
 @functools.lru_cache(maxsize=None)

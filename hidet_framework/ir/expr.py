@@ -188,6 +188,10 @@ class Dereference(Expr):
 
 def const(value: Any, dtype: Any = None) -> Constant:
     """A constant; the dtype defaults to bool / int32 / float32 by Python type."""
+    if type(value) is int and (dtype is None or type(dtype) is DataType and dtype.kind in ("int", "uint")):
+        if dtype is None:  # the common case (index arithmetic), without the general path's checks
+            dtype = dtypes.int32 if -(2**31) <= value < 2**31 else dtypes.int64
+        return Constant(value, dtype)
     if dtype is None:
         if isinstance(value, bool):
             dtype = dtypes.boolean

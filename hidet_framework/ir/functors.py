@@ -172,19 +172,39 @@ class IRVisitor(_Dispatch):
         self.visit(s.value)
 
 
+_INIT_NAMES: dict = {}  # node class -> (attribute name, __init__ name) of each init field
+
+
+def _evolve(node: Node, changes: dict) -> Node:
+    """``attrs.evolve(node, **changes)`` without its per-call field walk: a new node of
+    the same class through its ``__init__`` (converters and validators run)."""
+    cls = type(node)
+    names = _INIT_NAMES.get(cls)
+    if names is None:
+        names = _INIT_NAMES[cls] = tuple((a.name, a.alias) for a in attrs.fields(cls) if a.init)
+    kwargs = {init: changes[init] if init in changes else getattr(node, name) for name, init in names}
+    return cls(**kwargs)
+
+
 class IRRewriter(_Dispatch):
     """Returns a rewritten tree; override ``visit_<Node>`` and return the new node.
     The base methods rebuild a node only when a child changed."""
 
     def visit_seq(self, items: tuple) -> tuple:
-        new = tuple(None if item is None else self.visit(item) for item in items)
-        return items if all(a is b for a, b in zip(new, items)) else new
+        new = []
+        changed = False
+        for item in items:
+            out = None if item is None else self.visit(item)
+            changed = changed or out is not item
+            new.append(out)
+        return tuple(new) if changed else items
 
     @staticmethod
     def _rebuild(node: Node, **changes: Any) -> Node:
-        if all(getattr(node, k) is v for k, v in changes.items()):
-            return node
-        return attrs.evolve(node, **changes)
+        for k, v in changes.items():
+            if getattr(node, k) is not v:
+                return _evolve(node, changes)
+        return node
 
     def visit_IRModule(self, m: IRModule) -> IRModule:
         new = {name: self.visit(fn) for name, fn in m.functions.items()}
@@ -202,14 +222,18 @@ class IRRewriter(_Dispatch):
     def visit_Var(self, e: Var) -> Expr:
         return e
 
+    # The most visited kinds rebuild inline (the rewriters' hot path; same result as `_rebuild`).
     def visit_BinaryOp(self, e: BinaryOp) -> Expr:
-        return self._rebuild(e, a=self.visit(e.a), b=self.visit(e.b))
+        a, b = self.visit(e.a), self.visit(e.b)
+        return e if a is e.a and b is e.b else _evolve(e, {"a": a, "b": b})
 
     def visit_UnaryOp(self, e: UnaryOp) -> Expr:
-        return self._rebuild(e, a=self.visit(e.a))
+        a = self.visit(e.a)
+        return e if a is e.a else _evolve(e, {"a": a})
 
     def visit_Cast(self, e: Cast) -> Expr:
-        return self._rebuild(e, expr=self.visit(e.expr))
+        expr = self.visit(e.expr)
+        return e if expr is e.expr else _evolve(e, {"expr": expr})
 
     def visit_Call(self, e: Call) -> Expr:
         return self._rebuild(e, args=self.visit_seq(e.args))

@@ -15,11 +15,12 @@ tile) is re-declared here as a plain array of its layout's size.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hidet_framework.ir.expr import Expr, TensorElement, Var
 from hidet_framework.ir.func import Function
-from hidet_framework.ir.functors import IRRewriter, collect
+from hidet_framework.ir.functors import IRRewriter, IRVisitor
 from hidet_framework.simplifier.simplify import same_expr, simplify
 from hidet_framework.ir.stmt import BufferStoreStmt, DeclareStmt
 from hidet_framework.ir.types import TensorType, tensor_type
@@ -32,8 +33,14 @@ class FlattenError(ValueError):
 
 
 def _identity_rank1(t: TensorType) -> bool:
+    return _identity_layout(layout_of(t))
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity_layout(layout: Any) -> bool:
+    """Memoised per layout (layouts are values): asked at every rank-1 access."""
     probe = Var("i", "int32")
-    return same_expr(simplify(layout_of(t)(probe)), probe)
+    return same_expr(simplify(layout(probe)), probe)
 
 
 class _Flatten(IRRewriter):
@@ -71,12 +78,33 @@ class _Flatten(IRRewriter):
         return self.retyped.get(e, e)
 
 
+class _Declarations(IRVisitor):
+    """``collect(body, DeclareStmt)`` without entering expressions (they hold no
+    statements, and are most of a kernel's nodes)."""
+
+    def __init__(self) -> None:
+        self.found: dict[int, DeclareStmt] = {}  # by id, in visiting order, each once
+
+    def visit(self, node: Any) -> Any:
+        if not isinstance(node, Expr):
+            super().visit(node)
+
+    def visit_DeclareStmt(self, s: DeclareStmt) -> None:
+        self.found.setdefault(id(s), s)
+
+
+def _declarations(body: Any) -> list:
+    walker = _Declarations()
+    walker.visit(body)
+    return list(walker.found.values())
+
+
 class FlattenTensorIndex(FunctionPass):
     name = "flatten_tensor_index"
 
     def run_on_function(self, fn: Function, ctx: Any) -> Function:
         retyped = {}
-        for decl in collect(fn.body, DeclareStmt):
+        for decl in _declarations(fn.body):
             t = decl.var.type
             if isinstance(t, TensorType) and t.rank == 1 and not _identity_rank1(t):
                 retyped[decl.var] = Var(decl.var.hint, tensor_type(t.dtype, (layout_of(t).size,)))

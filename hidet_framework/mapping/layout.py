@@ -17,66 +17,14 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 import attrs
 
-from hidet_framework.ir.expr import Constant, Expr, Node, convert
-
-Index = Union[int, Expr]
-
-# ---------------------------------------------------------------------------------
-# index arithmetic on "int or Expr" that folds constants, so a layout or mapping
-# written once yields both Python ints (concrete offsets) and small IR (lowering).
-
-
-def _as_index(x: Any) -> Index:
-    if isinstance(x, Constant) and isinstance(x.value, int) and not isinstance(x.value, bool):
-        return x.value
-    if isinstance(x, Expr):
-        return x
-    return operator.index(x)
-
-
-def _is(x: Index, value: int) -> bool:
-    return isinstance(x, int) and x == value
-
-
-def index_add(a: Index, b: Index) -> Index:
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    return b if _is(a, 0) else a if _is(b, 0) else convert(a) + convert(b)
-
-
-def index_mul(a: Index, b: Index) -> Index:
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if _is(a, 0) or _is(b, 0):
-        return 0
-    return b if _is(a, 1) else a if _is(b, 1) else convert(a) * convert(b)
-
-
-def index_div(a: Index, b: Index) -> Index:
-    """Floor division of non-negative indices (C truncation agrees there)."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b
-    return a if _is(b, 1) or _is(a, 0) else convert(a) // convert(b)
-
-
-def index_mod(a: Index, b: Index) -> Index:
-    if isinstance(a, int) and isinstance(b, int):
-        return a % b
-    return 0 if _is(b, 1) else convert(a) % convert(b)
-
-
-def index_xor(a: Index, b: Index) -> Index:
-    if isinstance(a, int) and isinstance(b, int):
-        return a ^ b
-    return a if _is(b, 0) else b if _is(a, 0) else convert(a) ^ convert(b)
-
-
-def index_product(items: Sequence[Index]) -> Index:
-    return functools.reduce(index_mul, items, 1)
+from hidet_framework.ir.expr import Expr, Node, convert
+from hidet_framework.mapping.index_arith import (  # noqa: F401 (re-exported: plugins import them here)
+    Index, _as_index, _is, index_add, index_div, index_mod, index_mul, index_product, index_xor,
+)
 
 
 def _shape(items: Any) -> tuple:
@@ -189,8 +137,7 @@ class DenseLayout(Layout):
 
     def strides(self) -> tuple:
         """Stride of each dimension: the product of the extents of higher rank."""
-        return tuple(index_product([s for s, r in zip(self.shape, self.ranks) if r > rd])
-                     for rd in self.ranks)
+        return (_int_strides if all(type(s) is int for s in self.shape) else _strides)(self.shape, self.ranks)
 
     def _offset(self, indices: tuple) -> Index:
         out: Index = 0
@@ -205,6 +152,13 @@ class DenseLayout(Layout):
         if self.ranks == tuple(reversed(range(n))):
             return f"column_major({_fmt(self.shape)})"
         return f"dense({_fmt(self.shape)}, ranks={list(self.ranks)})"
+
+
+def _strides(shape: tuple, ranks: tuple) -> tuple:
+    return tuple(index_product([s for s, r in zip(shape, ranks) if r > rd]) for rd in ranks)
+
+
+_int_strides = functools.lru_cache(maxsize=4096)(_strides)  # int shapes: asked at every flattened access
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -366,7 +320,13 @@ def row_major(*shape: Index) -> DenseLayout:
 
 
 def layout_of(tensor_type: Any) -> "Layout":  # a TensorType's own layout, else row-major over its shape
-    return tensor_type.layout if tensor_type.layout is not None else row_major(*tensor_type.shape)
+    t = tensor_type
+    if t.layout is not None:
+        return t.layout
+    return _int_row_major(t.shape) if all(type(s) is int for s in t.shape) else row_major(*t.shape)
+
+
+_int_row_major = functools.lru_cache(maxsize=4096)(lambda shape: row_major(*shape))  # int shapes: values
 
 
 def column_major(*shape: Index) -> DenseLayout:

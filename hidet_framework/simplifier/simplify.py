@@ -35,6 +35,7 @@ from hidet_framework.ir.primitives import lookup_primitive
 from hidet_framework.simplifier.simplify_div_mod import (
     div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples, split_partial_multiples,
 )
+from hidet_framework.simplifier.purity import Purity, pure_call
 from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
 
@@ -60,8 +61,7 @@ def same_expr(a: Any, b: Any) -> bool:
 def is_pure(e: Expr) -> bool:
     """No calls with possible effects (primitives that declare bounds only read state,
     such as thread indices), so the expression may be dropped or duplicated."""
-    return all(lookup_primitive(c.func) is not None and lookup_primitive(c.func).bounds is not None
-               for c in collect(e, Call))
+    return all(pure_call(c) for c in collect(e, Call))
 
 
 # ----------------------------------------------------------------- the rule tables
@@ -252,22 +252,31 @@ class Simplifier(IRRewriter):
 
     def __init__(self, var_bounds: Optional[Mapping[Var, Any]] = None) -> None:
         self.var_bounds: dict[Var, Interval] = {v: as_interval(b) for v, b in (var_bounds or {}).items()}
+        self._purity = Purity()  # purity does not depend on bounds: never reset
         self._reset_memo()
 
     def _reset_memo(self) -> None:
         self._bounder = Bounder(self.var_bounds)
         self._memo: dict[int, tuple[Expr, Expr]] = {}  # id -> (expr kept alive, result)
+        self._seen_vars: set[Var] = set()  # every variable in an expression the memos hold
 
     def bind(self, v: Var, bound: Any) -> None:
-        """Record that `v` lies in `bound` from now on."""
+        """Record that `v` lies in `bound` from now on. The memos are dropped only when
+        an expression they hold has `v` in it: a result depends on the bounds of its own
+        variables alone, and a variable declared here was never seen before."""
         self.var_bounds[v] = as_interval(bound)
-        self._reset_memo()
+        if v in self._seen_vars:
+            self._reset_memo()
+
+    def visit_Var(self, e: Var) -> Expr:
+        self._seen_vars.add(e)
+        return e
 
     def bound(self, e: Expr) -> Interval:
         return self._bounder.bound(e)
 
     def may_drop(self, e: Expr) -> bool:
-        return is_pure(e)
+        return self._purity.check(e)
 
     def keep_type(self, result: Expr, original: Expr) -> Expr:
         """`result`, cast to the type of `original` when its own type differs (x + 0 with
@@ -278,14 +287,22 @@ class Simplifier(IRRewriter):
         return self.visit(e)
 
     def visit(self, node: Any) -> Any:
+        cls = type(node)
+        if cls is Constant:  # a leaf no rule rewrites (the memo would hold it as itself)
+            return node
+        if cls is Var:
+            self._seen_vars.add(node)
+            return node
         if not isinstance(node, Expr):
             return super().visit(node)
         hit = self._memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
         result = node
+        table = self._visit_table
         for _ in range(self.max_rewrites):
-            children_done = super().visit(result)
+            method = table.get(type(result)) or self._visit_method(type(result))  # the dispatch, inlined
+            children_done = method(self, result)
             rewritten = self._rewrite_once(children_done)
             if rewritten is None:
                 result = children_done
@@ -324,7 +341,7 @@ class Simplifier(IRRewriter):
         if type_range(t) is None:
             return None
         b = self.bound(e)
-        if b.is_point() and is_pure(e):
+        if b.is_point() and self._purity.check(e):
             return const(b.lo, t)
         return None
 

@@ -21,7 +21,10 @@ Rule = Callable[["Simplifier", Any], Optional[Expr]]
 def int_type(e: Expr) -> Optional[DataType]:
     """The scalar integer type of `e`, or None for any other type."""
     t = infer_type(e)
-    return t if isinstance(t, DataType) and t.lanes == 1 and t.is_integer() else None
+    return t if type(t) is DataType and t.lanes == 1 and t.kind in _INT_KINDS else None
+
+
+_INT_KINDS = ("int", "uint")  # DataType.is_integer, inlined: asked millions of times a lowering
 
 
 def is_const(e: Expr, value: Any = None) -> bool:
@@ -40,7 +43,7 @@ def same_int_type(*exprs: Expr) -> Optional[DataType]:
     common = None
     for e in exprs:  # a loop, not a set: called some 300 thousand times per lowering
         t = int_type(e)
-        if t is None or (common is not None and t != common):
+        if t is None or (common is not None and t is not common and t != common):
             return None
         if common is None:
             common = t

@@ -30,8 +30,20 @@ class OffsetPlan:
 
 
 def plan_offsets(layout: Any, origin: Callable[[Any], tuple], deltas: Sequence[tuple], threads: int) -> OffsetPlan:
-    coords = [origin(t) for t in range(threads)]
+    coords = tuple(tuple(origin(t)) for t in range(threads))
+    key = (layout, coords, tuple(tuple(d) for d in deltas))
+    plan = _PLANS.get(key)
+    if plan is None:  # candidates of one tile shape share their plans (some 5% of building one)
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(layout, coords, deltas)
+    return plan
 
+
+_PLANS: dict = {}  # (layout, thread coordinates, deltas) -> OffsetPlan; layouts compare by value
+
+
+def _plan(layout: Any, coords: tuple, deltas: Sequence[tuple]) -> OffsetPlan:
     def offsets(delta: tuple) -> list[int]:
         return [layout.offset(*(c + d for c, d in zip(o, delta))) for o in coords]
 
