@@ -26,7 +26,8 @@ once per process):
 - Threads: ``OMP_NUM_THREADS`` when set (the variable every peer library reads), else
   the cores this process may run on. A forked child starts its own pool.
 - Each worker is pinned to its own CPU of the process's set, when there are no more
-  threads than CPUs, leaving one CPU free; the caller is never pinned. When a loop
+  threads than CPUs, leaving free the CPU the pool was started from; the caller is
+  never pinned. When a loop
   starts on a worker's CPU (the scheduler moved the caller), that worker is re-pinned
   to the free CPU, so caller and workers never share one. ``HIDET_FRAMEWORK_CPU_PIN=0``
   leaves the workers unpinned. Why: on a guest with two vCPUs idle for a few ms, Linux
@@ -183,6 +184,11 @@ static void hp_ensure_started(void) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* the CPU the caller runs on now stays free (so processes that each start a pool
+           from different CPUs do not pin their workers to the same ones) */
+        int here = sched_getcpu();
+        for (int i = 1; i < count; ++i)
+            if (allowed[i] == here) { allowed[i] = allowed[0]; allowed[0] = here; }
         for (int i = 1; i < P.threads; ++i) {
             if (pthread_create(&hp_pin_thread[i - 1], &attr, hp_worker, NULL) != 0) { P.threads = i; break; }
             if (hp_pinned) hp_pin(i - 1, allowed[i]);
