@@ -34,7 +34,7 @@ from hidet_framework.lang import attrs, cast, f32, local_tensor, parallel, scrip
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
-from .cpu_max_pool import ITEM_OUTPUTS, column_split
+from .cpu_max_pool import column_split, row_blocks
 
 __all__ = ["CpuAvgPool2dRows", "build_avg_pool", "column_extent"]
 
@@ -61,9 +61,7 @@ def build_avg_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     a, b, border = column_split(ow, w, kw, sw, 1, left)
     inner = float(kw)          # an interior column's window lies inside the image: kw either way
     edge = [(col, taps, float(column_extent(col, w, kw, sw, left, right, include_pad))) for col, taps in border]
-    rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
-    blocks = -(-oh // rb)
-    rb = -(-oh // blocks)              # balanced
+    rb, blocks = row_blocks(oh, ow, params)
     item_map = spatial(n, c, blocks)
     name = "avg_pool2d_cpu_rows"
 

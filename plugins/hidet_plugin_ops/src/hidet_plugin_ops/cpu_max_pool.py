@@ -30,9 +30,17 @@ from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, scr
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
-__all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "ITEM_OUTPUTS"]
+__all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "row_blocks", "ITEM_OUTPUTS"]
 
 ITEM_OUTPUTS = 256     # outputs an item computes at least (the hand-out's cost shared)
+
+
+def row_blocks(oh: int, ow: int, params: Mapping[str, Any]) -> tuple[int, int]:
+    """(output rows an item computes, items per plane): ``params["rows"]`` rows, or by
+    default enough rows for ITEM_OUTPUTS outputs, then balanced over the blocks."""
+    rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
+    blocks = -(-oh // rb)
+    return -(-oh // blocks), blocks
 
 
 def column_split(ow: int, w: int, kw: int, sw: int, dw: int, left: int) -> tuple[int, int, list]:
@@ -56,9 +64,7 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     dh, dw = attributes["dilation"]
     top, left = attributes["pads"][0], attributes["pads"][1]
     a, b, border = column_split(ow, w, kw, sw, dw, left)
-    rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
-    blocks = -(-oh // rb)
-    rb = -(-oh // blocks)              # balanced
+    rb, blocks = row_blocks(oh, ow, params)
     item_map = spatial(n, c, blocks)
     lowest = float("-inf")
     name = "max_pool2d_cpu"
