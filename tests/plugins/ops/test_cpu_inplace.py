@@ -63,7 +63,7 @@ def _check(graph, inputs, ref, expect_in_place, monkeypatch):
     return fn
 
 
-@pytest.mark.parametrize("c, m, size", [(32, 16, (13, 11)), (48, 16, (7, 17)), (24, 12, (11, 5))])
+@pytest.mark.parametrize("c, m, size", [(32, 16, (13, 11)), (48, 16, (7, 17)), (24, 12, (13, 11)), (24, 12, (11, 5))])
 def test_bottlenecks_write_their_residual_in_place(rng, monkeypatch, c, m, size):
     """stem 3x3 -> relu -> two bottlenecks (1x1, 3x3, 1x1 + identity + relu): the second
     bottleneck's expansion takes the first one's output (it dies there); the first one's
