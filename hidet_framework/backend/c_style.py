@@ -37,12 +37,19 @@ from hidet_framework.ir.stmt import IfStmt, LetStmt, SeqStmt, Stmt
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope, TensorType
 
-__all__ = ["CStyleCodegen", "CodegenError", "c_string_literal", "comment_text", "PRIMARY", "UNARY", "TERNARY",
+__all__ = ["CStyleCodegen", "CodegenError", "may_alias", "c_string_literal", "comment_text", "PRIMARY", "UNARY", "TERNARY",
            "function_at", "source_excerpt"]
 
 # What `CStyleCodegen.generate` prints above each function: compile errors name the IR
 # function a failing line belongs to by looking for it.
 _FUNCTION_MARKER = re.compile(r"/\*\s*hidet function:\s*(.*?)\s*\*/")
+
+
+def may_alias(fn: Function, param: Var) -> bool:
+    """Whether `param` may point into another parameter's buffer (an in-place output and
+    its input, ``fusion/inplace.py``): declared without ``__restrict__`` then."""
+    marked = fn.attrs.get("aliased_params", ())
+    return bool(marked) and any(param is fn.params[p] for p in marked)
 
 
 class CStyleCodegen(CExprPrinter):
@@ -84,10 +91,11 @@ class CStyleCodegen(CExprPrinter):
     def param_decl(self, fn: Function, param: Var, name: str) -> tuple[str, list[str]]:
         """Declaration of one parameter, and prologue lines the body starts with."""
         t = param.type
+        restrict = "" if may_alias(fn, param) else f" {self.RESTRICT}"
         if isinstance(t, TensorType):  # tensors are passed as pointers to their elements
-            return f"{self.type_name(t.dtype)}* {self.RESTRICT} {name}", []
+            return f"{self.type_name(t.dtype)}*{restrict} {name}", []
         if isinstance(t, PointerType):
-            return f"{self.type_name(t)} {self.RESTRICT} {name}", []
+            return f"{self.type_name(t)}{restrict} {name}", []
         return f"{self.type_name(t)} {name}", []
 
     def scope_prefix(self, scope: Scope) -> str:

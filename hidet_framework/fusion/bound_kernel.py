@@ -100,6 +100,7 @@ class BoundKernel:
         self.functions: dict[str, Function] = dict(scheduled.module.functions)
         self.workspace = tuple(scheduled.workspace)
         self.source, self.params = scheduled.source, scheduled.params
+        self.stores_once = scheduled.stores_once  # grafts replace each store by one store: kept
         self.calls = [(launch.function, tuple(launch.scalars)) for launch in scheduled.launches]
         self.bindings: dict[str, list[Hashable]] = {}
         bound = scheduled.bind(input_keys, output_keys, [("workspace", k) for k in range(len(self.workspace))])
@@ -154,4 +155,4 @@ class BoundKernel:
                                   "input nor an output of the fused group")
             launches.append(Launch(fname, tuple(refs[k] for k in self.bindings[fname]), scalars))
         return ScheduledTask(module(name, list(self.functions.values())), tuple(launches), self.workspace,
-                             source=self.source, params=self.params)
+                             source=self.source, params=self.params, stores_once=self.stores_once)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hidet_framework.fusion.bound_kernel import BoundKernel
 from hidet_framework.fusion.graft_epilogue import graft_consumer
 from hidet_framework.fusion.graft_prologue import graft_producer
+from hidet_framework.fusion.inplace import with_output_aliases
 from hidet_framework.fusion.plan import FusionError, FusionGroup, Source
 from hidet_framework.fusion.view_epilogue import rename_buffer, view_tail
 from hidet_framework.schedule.scheduled_task import ScheduledTask
@@ -49,4 +50,6 @@ def fuse_group(anchor_scheduled: ScheduledTask, group: FusionGroup, views: bool 
                        [_key(s) for s in member.sources], ("member", j, 0))
     inputs = [("input", k) for k in range(group.num_inputs)]
     outputs = [("member", j, o) for j, o in group.outputs]
-    return kernel.to_scheduled(inputs, outputs, name=f"fused_{kernel.name}")
+    fused = kernel.to_scheduled(inputs, outputs, name=f"fused_{kernel.name}")
+    # outputs that may be written into a dying input's buffer (a residual): inplace.py
+    return with_output_aliases(fused, len(inputs), len(outputs))

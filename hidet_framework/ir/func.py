@@ -22,6 +22,9 @@ FUNC_KINDS = ("public", "cpu_kernel", "cuda_kernel", "device", "host")
 #   min_blocks               int, the launch-bounds hint (blocks per SM)
 #   cluster_size             int, CUDA thread-block clusters of that many blocks along x
 FUNC_ATTR_KEYS = ("grid_dim", "block_dim", "dynamic_smem_bytes", "min_blocks", "cluster_size")
+# Set by the compiler, not the DSL: ``aliased_params``, the positions of parameters that
+# may share a buffer (an in-place output and its input, fusion/inplace.py; printed
+# without restrict).
 
 
 class FrozenMapping(Mapping):

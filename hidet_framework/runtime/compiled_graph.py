@@ -22,7 +22,8 @@ from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.runtime.compiled_task import GraphInputError
-from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, plan_memory
+from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, in_place_heirs, \
+    inplace_enabled, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import BOUNDARIES_STAT, GROUP_ATTRIBUTE
 from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding, call_sites as _call_sites, \
     device_call_plan as _device_call_plan
@@ -152,24 +153,23 @@ class CompiledGraph:
             if t.uid in read_by_operators:  # inputs only echoed as outputs need no slot
                 self._slot[t.uid] = len(lifetimes)
                 lifetimes.append(BufferLifetime(_nbytes(t), 0, last_use[t.uid], t.name))
+        graph_inputs, taken, self.in_place = {t.uid for t in graph.inputs}, set(), []  # in_place: (op, input, output)
         for k, (op, task) in enumerate(zip(graph.nodes, self.tasks)):
-            for t in op.outputs:
+            heirs = in_place_heirs(op, task, k + 1, last_use, graph_inputs, taken) if inplace_enabled() else {}
+            for o, t in enumerate(op.outputs):
                 self._slot[t.uid] = len(lifetimes)
-                lifetimes.append(BufferLifetime(_nbytes(t), k + 1, last_use.get(t.uid, k + 1), t.name))
-            slots = []
-            for spec in task.workspace:
-                slots.append(len(lifetimes))
-                lifetimes.append(BufferLifetime(spec.nbytes, k + 1, k + 1, f"{op.name}.{spec.name}"))
-            self._workspace_slots.append(slots)
+                alias = self._slot[heirs[o].uid] if o in heirs else None
+                lifetimes.append(BufferLifetime(_nbytes(t), k + 1, last_use.get(t.uid, k + 1), t.name, alias))
+            self.in_place += [(op.name, heirs[o].name, op.outputs[o].name) for o in heirs]
+            self._workspace_slots.append(list(range(len(lifetimes), len(lifetimes) + len(task.workspace))))
+            lifetimes += [BufferLifetime(w.nbytes, k + 1, k + 1, f"{op.name}.{w.name}") for w in task.workspace]
         self.plan: MemoryPlan = plan_memory(lifetimes, ALIGNMENT)
         self._arena = self.device.empty((max(self.plan.arena_bytes, ALIGNMENT),), "uint8")
-        n_inputs = sum(1 for t in graph.inputs if t.uid in self._slot)
-        kinds = ["input"] * n_inputs
+        kinds = ["input"] * sum(1 for t in graph.inputs if t.uid in self._slot)
         for op, task in zip(graph.nodes, self.tasks):
             kinds += ["intermediate"] * len(op.outputs) + ["workspace"] * len(task.workspace)
-        totals = {kind: 0 for kind in ("input", "intermediate", "workspace")}
-        for kind, b in zip(kinds, lifetimes):
-            totals[kind] += b.nbytes
+        totals = {kind: sum(b.nbytes for k, b in zip(kinds, lifetimes) if k == kind)
+                  for kind in ("input", "intermediate", "workspace")}
         # constants read by operators, and constant graph outputs (a model may return one)
         weights = graph.constants() + [t for t in graph.outputs if t.is_constant()]
         self._weights = {t.uid: self._upload(t) for t in weights}

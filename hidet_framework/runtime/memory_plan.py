@@ -12,11 +12,19 @@ then place what is born — but it does so once, at compile time, and places eac
 buffer in the best-fitting free hole (the smallest that fits; ties go to the lowest
 offset), growing the arena only when no hole fits. Offsets are aligned to 256 bytes,
 which satisfies every vector load on the CPU and CUDA's own allocation alignment.
+
+One exception to "used by the same step never share": a buffer may name another
+(`BufferLifetime.alias_of`) whose bytes it takes over — an operator's output written
+in place of an input that dies at that operator, where the kernel is proven to read
+each element of the input only just before it writes the same element of the output
+(``fusion/inplace.py``). The planner checks only what it can see: the other buffer is
+last used at the step this one is born, has the same size, and is not taken twice.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+import os
+from typing import Any, Sequence
 
 import attrs
 
@@ -31,12 +39,15 @@ def align_up(n: int, alignment: int = ALIGNMENT) -> int:
 class BufferLifetime:
     """One buffer to place. :param nbytes: its size. :param first: the step that first
     writes it. :param last: the step that last reads it (``>= first``).
-    :param name: for reports and errors."""
+    :param name: for reports and errors. :param alias_of: the index (in the list given
+        to `plan_memory`) of a buffer whose bytes this one takes over: that buffer's
+        last step must be this one's first, and its size this one's."""
 
     nbytes: int
     first: int
     last: int
     name: str = ""
+    alias_of: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.nbytes < 0 or self.last < self.first:
@@ -67,7 +78,8 @@ class MemoryPlan:
                 b, ob = self.buffers[j], self.offsets[j]
                 live_together = a.first <= b.last and b.first <= a.last
                 share_bytes = oa < ob + b.nbytes and ob < oa + a.nbytes
-                if live_together and share_bytes and a.nbytes and b.nbytes:
+                handed_over = (b.alias_of == i and a.last == b.first) or (a.alias_of == j and b.last == a.first)
+                if live_together and share_bytes and a.nbytes and b.nbytes and not (handed_over and oa == ob):
                     bad.append((i, j))
         return bad
 
@@ -111,9 +123,27 @@ class _FreeList:
             self.holes[k - 1] = (left, left_size + size)
 
 
+def _check_aliases(buffers: tuple) -> None:
+    taken: set[int] = set()
+    for i, b in enumerate(buffers):
+        j = b.alias_of
+        if j is None:
+            continue
+        if not 0 <= j < len(buffers) or j == i or j in taken:
+            raise ValueError(f"buffer {i} ({b.name!r}): alias_of={j} is not another buffer, or one already taken")
+        a = buffers[j]
+        if a.last != b.first or a.nbytes != b.nbytes or a.first >= b.first:
+            raise ValueError(f"buffer {i} ({b.name!r}) cannot take the bytes of buffer {j} ({a.name!r}): "
+                             f"that one must be born earlier, die at step {b.first} and hold {b.nbytes} bytes, "
+                             f"not steps {a.first}..{a.last} and {a.nbytes} bytes")
+        taken.add(j)
+
+
 def plan_memory(buffers: Sequence[BufferLifetime], alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Place `buffers` in one arena, reusing bytes across disjoint lifetimes."""
+    """Place `buffers` in one arena, reusing bytes across disjoint lifetimes (and handing
+    a buffer's bytes to the one that names it in ``alias_of``)."""
     buffers = tuple(buffers)
+    _check_aliases(buffers)
     offsets = [0] * len(buffers)
     free = _FreeList()
     # Born at each step, largest first: large buffers placed early fragment less.
@@ -126,12 +156,46 @@ def plan_memory(buffers: Sequence[BufferLifetime], alignment: int = ALIGNMENT) -
         while dead < len(by_death) and buffers[by_death[dead]].last < b.first:
             j = by_death[dead]
             dead += 1
-            if j in live:
+            if j in live:  # (a handed-over buffer left `live` when its heir took its bytes)
                 live.discard(j)
                 free.give_back(offsets[j], align_up(buffers[j].nbytes, alignment))
         size = align_up(b.nbytes, alignment)
         if size == 0:
             continue  # empty tensors need no bytes; offset 0 is as good as any
-        offsets[i] = free.take(size)
+        if b.alias_of is not None:
+            offsets[i] = offsets[b.alias_of]
+            live.discard(b.alias_of)
+        else:
+            offsets[i] = free.take(size)
         live.add(i)
     return MemoryPlan(buffers, tuple(offsets), free.end, alignment)
+
+
+ENV_INPLACE = "HIDET_FRAMEWORK_INPLACE"
+
+
+def inplace_enabled() -> bool:
+    """In-place outputs (below) are planned unless HIDET_FRAMEWORK_INPLACE=0."""
+    return os.environ.get(ENV_INPLACE, "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+def in_place_heirs(op: Any, task: Any, step: int, last_use: dict, graph_inputs: set, taken: set) -> dict:
+    """Output index -> the input tensor whose buffer it takes, for the pairs the task
+    proved safe in place (``ScheduledTask.output_aliases``, fusion/inplace.py) where the
+    graph allows it too: the input is an intermediate (never a graph input or a
+    constant), read last by this operator (not a graph output, nothing reads it later),
+    passed to it once, not already handed on (`taken`: uids, updated here), and of the
+    output's dtype and shape."""
+    scheduled = getattr(task, "scheduled", None)
+    heirs: dict[int, Any] = {}
+    for o, i in getattr(scheduled, "output_aliases", ()) or ():
+        if not (0 <= o < len(op.outputs) and 0 <= i < len(op.inputs)):
+            continue
+        t, y = op.inputs[i], op.outputs[o]
+        if t.is_constant() or t.uid in graph_inputs or t.uid in taken or last_use.get(t.uid) != step \
+                or sum(1 for x in op.inputs if x.uid == t.uid) != 1 \
+                or t.dtype is not y.dtype or tuple(t.shape) != tuple(y.shape) or o in heirs:
+            continue
+        heirs[o] = t
+        taken.add(t.uid)
+    return heirs

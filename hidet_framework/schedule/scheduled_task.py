@@ -55,6 +55,13 @@ class ScheduledTask:
     :param workspace: temporaries the launches share.
     :param source: who scheduled it (``auto`` or a template name), for reports.
     :param params: the template parameters of a template candidate.
+    :param stores_once: the template's promise that its launches, over all threads,
+        store every element of every output exactly once and never read an output
+        back (what ``fusion/inplace.py`` needs before an output may take an input's
+        buffer). False unless a template says so.
+    :param output_aliases: ``(output, input)`` pairs proven safe to run in place
+        (``fusion/inplace.py``): the kernels give the right result when that output is
+        bound to that input's buffer; the compiled graph may then plan them in one.
     """
 
     module: IRModule
@@ -62,6 +69,8 @@ class ScheduledTask:
     workspace: tuple = attrs.field(default=(), converter=tuple)
     source: str = "auto"
     params: Any = None
+    stores_once: bool = False
+    output_aliases: tuple = attrs.field(default=(), converter=tuple)
 
     def bind(self, inputs: Sequence[Any], outputs: Sequence[Any],
              workspace: Sequence[Any] = ()) -> list[tuple[str, tuple, tuple]]:

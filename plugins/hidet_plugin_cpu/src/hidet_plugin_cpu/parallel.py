@@ -33,7 +33,7 @@ import math
 import os
 from typing import Any
 
-from hidet_framework.backend.c_style import function_marker
+from hidet_framework.backend.c_style import function_marker, may_alias
 from hidet_framework.ir.expr import Call, Constant, Var
 from hidet_framework.ir.functors import collect
 from hidet_framework.ir.stmt import DeclareStmt, EvaluateStmt, ForStmt, IfStmt, LetStmt, SeqStmt, Stmt, WhileStmt
@@ -148,7 +148,7 @@ class Outliner:
         for v in captured:
             c_name = gen.names[v]
             ctype = gen.type_name(v.type)
-            restrict = v in fn.params and isinstance(v.type, (TensorType, PointerType))
+            restrict = v in fn.params and isinstance(v.type, (TensorType, PointerType)) and not may_alias(fn, v)
             params.append(f"{ctype} {gen.RESTRICT} {c_name}" if restrict else f"{ctype} {c_name}")
             members.append(f"    {ctype} {c_name};")
             names.append(c_name)

@@ -336,7 +336,8 @@ def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], has_bias: bool
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
     workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1,)),)
     return ScheduledTask(script_module(kernel, name=name), (Launch(name, refs),), workspace,
-                         source="ops.conv2d_cpu_direct", params=dict(params))
+                         source="ops.conv2d_cpu_direct", params=dict(params),
+                         stores_once=True)  # every form: disjoint tiles, each y element stored once
 
 
 class CpuDirectConv2d(Template):
