@@ -123,12 +123,19 @@ MOBILENET = [("3x3s2_3_32_224", 3, 32, 224, 3, 2)] + [
                          (320, 1280, 7))] + DEPTHWISE
 
 
+# Inception-V3's stem (valid padding where the model has it: the 8th field is the
+# padding) and its 1x1 64->80 (cpu only: `--set inception`)
+INCEPTION = [("3x3s2_3_32_299_p0", 3, 32, 299, 3, 2, 1, 0), ("3x3_32_32_149_p0", 32, 32, 149, 3, 1, 1, 0),
+             ("3x3_32_64_147", 32, 64, 147, 3, 1, 1, 1), ("1x1_64_80_73", 64, 80, 73, 1, 1, 1, 0),
+             ("3x3_80_192_73_p0", 80, 192, 73, 3, 1, 1, 0)]
+
+
 SPIN_CYCLES = 200_000   # torch.cuda._sleep: about 100 us on an H200
 SETTLE_S = 0.002        # cpu: idle time after each call before its CPU time is read (not timed)
 
 
-def out_size(size: int, kernel: int, stride: int) -> int:
-    pad = kernel // 2
+def out_size(size: int, kernel: int, stride: int, pad: int | None = None) -> int:
+    pad = kernel // 2 if pad is None else pad
     return (size + 2 * pad - kernel) // stride + 1
 
 
@@ -213,7 +220,7 @@ def ort_conv(x_shape, w, b, stride, pad, threads, groups=1):
     import onnxruntime as ort
     from onnx import helper, numpy_helper
     kernel = w.shape[2]
-    o = out_size(x_shape[2], kernel, stride)
+    o = out_size(x_shape[2], kernel, stride, pad)
     f32 = onnx.TensorProto.FLOAT
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride, stride], pads=[pad] * 4,
                             kernel_shape=[kernel, kernel], group=groups)
@@ -234,7 +241,7 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
     import hidet_framework as hf
     name, cin, cout, size, kernel, stride = spec[:6]
     groups = spec[6] if len(spec) > 6 else 1
-    pad = kernel // 2
+    pad = spec[7] if len(spec) > 7 else kernel // 2
     w, b = make_weights(rng, cin, cout, kernel, groups)
     x = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
     started = time.perf_counter()
@@ -259,7 +266,7 @@ def bench_cpu_shape(spec, batch, args, rng) -> dict:
             time.sleep(SETTLE_S)
             busy[key].append((time.process_time() - c0) / wall)
     med = {k: statistics.median(v) for k, v in times.items()}
-    flops = 2.0 * batch * cout * out_size(size, kernel, stride) ** 2 * cin // groups * kernel * kernel
+    flops = 2.0 * batch * cout * out_size(size, kernel, stride, pad) ** 2 * cin // groups * kernel * kernel
     return {"shape": name, "batch": batch, "ours_ms": med["ours"] * 1e3, "ort_ms": med["ort"] * 1e3,
             "ratio": med["ort"] / med["ours"], "ratio_min": min(times["ort"]) / min(times["ours"]),
             "ours_gflops": flops / med["ours"] / 1e9,
@@ -433,9 +440,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=0, help="cuda: compile every shape first in this many "
                         "processes (build cache)")
     parser.add_argument("--out", default="", help="write the rows as JSON to this file")
-    parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise", "mobilenet"],
+    parser.add_argument("--set", default="resnet50", choices=["resnet50", "depthwise", "mobilenet", "inception"],
                         help="cpu: ResNet-50's shapes, MobileNet-V2's depthwise 3x3 ones, or all of "
-                        "MobileNet-V2's (stem, pointwise, depthwise)")
+                        "MobileNet-V2's (stem, pointwise, depthwise), or Inception-V3's stem")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="cpu: time calls with the thread's CPU clock (with --threads 1 only)")
     args = parser.parse_args()
@@ -443,7 +450,7 @@ def main() -> None:
         parser.error("--clock cpu needs --target cpu and --threads 1 (both sides on the calling thread)")
     args.batch = [int(v) for v in args.batch.split(",") if v]
     args.dtypes = [v for v in args.dtypes.split(",") if v]
-    pool = {"depthwise": DEPTHWISE, "mobilenet": MOBILENET}.get(args.set, SHAPES) if args.target == "cpu" else SHAPES
+    pool = {"depthwise": DEPTHWISE, "mobilenet": MOBILENET, "inception": INCEPTION}.get(args.set, SHAPES) if args.target == "cpu" else SHAPES
     shapes = [s for s in pool if not args.only or any(p in s[0] for p in args.only.split(","))]
     rows = run_cpu(args, shapes) if args.target == "cpu" else run_cuda(args, shapes)
     if args.out:

@@ -43,7 +43,7 @@ from ops_cpu import machine_line  # noqa: E402
 
 
 def ort_node_times(path: str, feed: dict, repeat: int, folder: str) -> list[tuple]:
-    """(name, op, input shapes, median us, min us) per node of onnxruntime's profile, in
+    """(name, op, input shapes then the first output's, median us, min us) per node of onnxruntime's profile, in
     order (its profiler times the wall clock: on a loaded machine the minimum is the
     figure closer to the node's own time)."""
     import onnxruntime as ort
@@ -66,7 +66,8 @@ def ort_node_times(path: str, feed: dict, repeat: int, folder: str) -> list[tupl
             order.append(name)
             args = e.get("args", {})
             shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
-            meta[name] = (args.get("op_name", "?"), shapes)
+            outs = [next(iter(s.values())) for s in args.get("output_type_shape", [])]
+            meta[name] = (args.get("op_name", "?"), shapes + outs[:1])
         times.setdefault(name, []).append(e["dur"])
     return [(n, meta[n][0], meta[n][1], statistics.median(times[n][2:] or times[n]), min(times[n][2:] or times[n]))
             for n in order]
@@ -90,6 +91,51 @@ def kind(shapes: list) -> str:
     return "stem" if x[1] <= 4 else "other"
 
 
+def conv_key(shapes: list, peer: bool) -> tuple | None:
+    """(C, H, W, KH, KW, OH, OW, 16-channel blocks of O) of a convolution: ours from the
+    launch's operands (x NCHW or blocked, packed weights [O/ob, C, KH, KW, ob], y NCHW
+    or blocked), onnxruntime's from the node's logical shapes (x, w, ..., y)."""
+    if len(shapes) < 3 or len(shapes[1]) not in (4, 5):
+        return None
+    x, w, y = shapes[0], shapes[1], shapes[-1]
+    if peer:
+        c, kh, kw, o = w[1], w[2], w[3], w[0]
+    elif len(w) == 5:
+        c, kh, kw = w[1], w[2], w[3]
+        o = y[1] * y[4] if len(y) == 5 else y[1]
+    else:
+        return None
+    return (c, x[2], x[3], kh, kw, y[2], y[3], -(-o // 16))
+
+
+def by_shape(ours: list, shapes: list, peer: list) -> None:
+    """Convolutions matched by shape (with ``HIDET_FRAMEWORK_HCONV=0`` ours are onnxruntime's
+    one to one): per distinct shape, the count and both sides' sums, the largest gaps first."""
+    mine: dict = {}
+    for t, k, kname, _ in ours:
+        key = conv_key(shapes[k], False) if kname.startswith("conv2d") else None
+        if key:
+            mine.setdefault(key, []).append(t * 1e6)
+    theirs: dict = {}
+    for _, op, pshapes, pus, pmin in peer:
+        key = conv_key(pshapes, True) if op == "Conv" else None
+        if key:
+            theirs.setdefault(key, []).append((pus, pmin))
+    print("\n| conv (C, H, W, KH, KW, OH, OW, O/16) | count ours / ORT | ours us | ORT us median / min | "
+          "ort/ours | gap us (to the median) |\n|---|---|---|---|---|---|")
+    rows = []
+    for key in set(mine) | set(theirs):
+        us, pt = sum(mine.get(key, [])), theirs.get(key, [])
+        pus, pmin = sum(p[0] for p in pt), sum(p[1] for p in pt)
+        rows.append((us - pus, key, len(mine.get(key, [])), len(pt), us, pus, pmin))
+    for gap, key, n1, n2, us, pus, pmin in sorted(rows, reverse=True):
+        ratio = f"{pus / us:.2f}x / {pmin / us:.2f}x" if us and n1 == n2 else "-"
+        print(f"| {key} | {n1} / {n2} | {us:.0f} | {pus:.0f} / {pmin:.0f} | {ratio} | {gap:.0f} |")
+    tot = [sum(r[i] for r in rows) for i in (4, 5, 6)]
+    print(f"| all | {sum(r[2] for r in rows)} / {sum(r[3] for r in rows)} | {tot[0]:.0f} | {tot[1]:.0f} / "
+          f"{tot[2]:.0f} | {tot[1] / tot[0]:.2f}x / {tot[2] / tot[0]:.2f}x | {tot[0] - tot[1]:.0f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mobilenet_v2")
@@ -98,6 +144,9 @@ def main() -> int:
     parser.add_argument("--rules-off", default="",
                         help="rewrite rules switched off while compiling ours (comma-separated names): an A/B, e.g. "
                              "cpu_chain_write,cpu_chain_elementwise,cpu_chain_read (the blocked chains)")
+    parser.add_argument("--by-shape", action="store_true",
+                        help="also the convolutions matched by shape (run with HIDET_FRAMEWORK_HCONV=0 for "
+                             "models whose graph differs from onnxruntime's, e.g. Inception-V3)")
     args = parser.parse_args()
     import hidet_framework as hf
     from hidet_framework.extension import rules_off
@@ -142,6 +191,8 @@ def main() -> int:
                 io = f"{shapes[k][0]} -> {shapes[k][-1]}"
                 print(f"| {k} | {kname} | {io} | {us:.0f} | {op} {pname} | {pus:.0f} / {pmin:.0f} | "
                       f"{pus / us:.2f}x / {pmin / us:.2f}x |")
+            if args.by_shape:
+                by_shape(ours, shapes, peer)
             print("\n| layers | count | ours us | ORT us median / min | ort/ours |\n|---|---|---|---|---|")
             for group, (us, pus, pmin, count) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
                 print(f"| {group} | {count} | {us:.0f} | {pus:.0f} / {pmin:.0f} | {pus / us:.2f}x / {pmin / us:.2f}x |")

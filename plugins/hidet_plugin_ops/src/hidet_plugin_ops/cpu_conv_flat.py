@@ -51,9 +51,10 @@ def flat_applies(x_shape: tuple, wp_shape: tuple, y_shape: tuple, attributes: Ma
 
 
 def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_bias: bool, params: Mapping[str, Any],
-               owb: int, tiles: list, kernels: list, out_channels: int = 0):
+               owb: int, tiles: list, kernels: list, out_channels: int = 0, last: list | None = None):
     """The kernel function: `tiles` are `column_tiles(OH * OW, owb)` (at most two widths,
-    wider first), `kernels[k]` the micro-kernel of the k-th width (flat reads).
+    wider first), `kernels[k]` the micro-kernel of the k-th width (flat reads); `last`,
+    where given, those of the last channel block (a ragged O: fewer vectors).
     A rank-5 `y_shape` (`out_channels` channels, blocked): the tile is stored pixel by
     pixel, each pixel's channels one contiguous run (whole vectors), no channel-major
     buffer; a rank-5 `x_shape` with NCHW y: element stores straight from the tile."""
@@ -73,6 +74,7 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
     item_map = spatial(n, blocks, count) if row_inner else spatial(n, count, blocks)
     schedule = params.get("schedule", "dynamic")
     kernel_wide, kernel_narrow = kernels[0], kernels[-1]
+    last_wide, last_narrow = (last[0], last[-1]) if last else (None, None)
 
     @script
     def conv2d_cpu_flat(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
@@ -87,11 +89,23 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
                 width = wide
                 col0 = t * wide
                 if t < extra:
-                    kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    if last:
+                        if blk == blocks - 1:
+                            last_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                        else:
+                            kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    else:
+                        kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
                 else:
                     width = narrow
                     col0 = extra * wide + (t - extra) * narrow
-                    kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    if last:
+                        if blk == blocks - 1:
+                            last_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                        else:
+                            kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    else:
+                        kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
                 if yl:
                     for j in range(width):
                         p = col0 + j

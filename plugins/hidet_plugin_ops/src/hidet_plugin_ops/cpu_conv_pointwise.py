@@ -74,9 +74,11 @@ def pointwise_applies(x_shape: tuple, wp_shape: tuple, attributes: Mapping[str, 
 
 
 def _tile_function(key: str, vec: Any, lanes: int, mr: int, nvp: int, npx: int, ob: int, c: int, w: int,
-                   x_shape: tuple, wp_shape: tuple, ahead: bool = False):
+                   x_shape: tuple, wp_shape: tuple, ahead: bool = False, subs: int = 0):
     """ob channels x nvp pixel vectors from p0, into tile[channel * npx + pixel];
-    `ahead`: prefetch the next tile's pixels of each channel (`prefetch_ahead`)."""
+    `ahead`: prefetch the next tile's pixels of each channel (`prefetch_ahead`);
+    `subs` > 0: only the first `subs` sub-blocks of mr channels (the last block of a
+    ragged O: the others hold zero weights only)."""
     vec_ptr = PointerType(vec)
     hw = x_shape[2] * x_shape[3]
 
@@ -86,7 +88,7 @@ def _tile_function(key: str, vec: Any, lanes: int, mr: int, nvp: int, npx: int, 
         attrs.func_name = key
         acc = register_tensor(vec, [mr, nvp])
         xv = register_tensor(vec, [nvp])
-        for sub in static_range(ob // mr):
+        for sub in static_range(subs or ob // mr):
             for i in static_range(mr):
                 for v in static_range(nvp):
                     acc[i, v] = cast(0.0, vec)
@@ -147,6 +149,15 @@ def build_pointwise(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, 
     tile_last = _tile_function(name + "_pixels_last", vec, lanes, mr, max(1, last), npx, ob, c, w, x_shape,
                                wp_shape)
     last_px = max(1, last) * lanes
+    # the last block of a ragged O (176 = 5 x 32 + 16 with AVX-512): only its sub-blocks
+    # of mr channels that hold output channels
+    subs = -(-(o - (blocks - 1) * ob) // mr)
+    narrow = subs < ob // mr
+    if narrow:
+        full_nb = _tile_function(name + "_pixels_lastblock", vec, lanes, mr, nvp, npx, ob, c, w, x_shape, wp_shape,
+                                 ahead, subs)
+        last_nb = _tile_function(name + "_pixels_last_lastblock", vec, lanes, mr, max(1, last), npx, ob, c, w,
+                                 x_shape, wp_shape, False, subs)
 
     @script
     def conv2d_cpu_pointwise(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
@@ -159,7 +170,13 @@ def build_pointwise(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, 
                 pt = v if row_inner else u
                 first = pt * npx
                 if pt < full:
-                    tile_full(x, wp, tile, ni, blk, first)
+                    if narrow:
+                        if blk == blocks - 1:
+                            full_nb(x, wp, tile, ni, blk, first)
+                        else:
+                            tile_full(x, wp, tile, ni, blk, first)
+                    else:
+                        tile_full(x, wp, tile, ni, blk, first)
                     for t in range(ob):
                         oc = blk * ob + t
                         if not ragged or oc < o:
@@ -171,7 +188,13 @@ def build_pointwise(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, 
                     # the partial last tile: whole vectors, ending at the last pixel;
                     # only the pixels past the full tiles are stored
                     p0 = hw - last_px
-                    tile_last(x, wp, tile, ni, blk, p0)
+                    if narrow:
+                        if blk == blocks - 1:
+                            last_nb(x, wp, tile, ni, blk, p0)
+                        else:
+                            tile_last(x, wp, tile, ni, blk, p0)
+                    else:
+                        tile_last(x, wp, tile, ni, blk, p0)
                     for t in range(ob):
                         oc = blk * ob + t
                         if not ragged or oc < o:

@@ -67,7 +67,7 @@ from .cpu_conv import PACKED_OPERATOR, target_lanes
 from .cpu_conv_flat import build_flat, flat_applies
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies
 
-__all__ = ["CpuDirectConv2d", "conv_space", "column_tiles"]
+__all__ = ["CpuDirectConv2d", "conv_space", "column_tiles", "last_block_vectors"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -111,6 +111,19 @@ def column_tiles(ow: int, owb: int) -> list[tuple[int, int]]:
         tiles.append((start, width))
         start += width
     return tiles
+
+
+def last_block_vectors(o: int, ob: int, lanes: int) -> int:
+    """SIMD vectors the last block of `ob` output channels needs for the O = `o` channels
+    (``ob / lanes`` where O fills it; fewer where O is ragged: 80 = 32 + 32 + 16 needs one
+    of two with 16 lanes). Lanes past O inside a needed vector are computed (zero
+    weights: the blocked layout stores them as zeros). Scalar tiles (`lanes` 1) keep
+    ob."""
+    nv = ob // lanes if lanes > 1 else ob
+    if lanes <= 1:
+        return nv
+    rest = o - (-(-o // ob) - 1) * ob
+    return min(nv, _ceil_div(rest, lanes))
 
 
 def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
@@ -246,13 +259,19 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         return _scheduled(kernel, name, params, has_bias)
     geo = {"c": c, "kh": kh, "kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w,
            "l1d": int(target.get("l1d_bytes", 32 << 10)), "registers": registers}
+    # the last block of a ragged O (80 = 32 + 32 + 16 with AVX-512) computes only the
+    # vectors that hold output channels: its own micro-kernels, nv_last vectors wide
+    nv_last = last_block_vectors(o, ob, lanes)
+    narrow = nv_last < nv
     if flat_applies(x_shape, wp_shape, y_shape, attributes, int(params["owb"]), blocked_in or yl > 0):
         owb = int(params["owb"])
         tiles = column_tiles(oh * ow, owb)
         widths = sorted({width for _, width in tiles}, reverse=True)
         kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
                                  True, flat=True) for width in widths]
-        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels, o)
+        last = [_micro_kernel(f"{name}_flat{width}_last", vec, lanes, nv_last, ob, width, ((True,),) * width, geo,
+                              x_shape, wp_shape, True, flat=True) for width in widths] if narrow else None
+        kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels, o, last)
         return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
     # every output row sees every kernel row: no top padding, the last row's window inside
@@ -262,8 +281,11 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         valid = _valid_taps(col0, width, geo)
         key = (width, valid)
         if key not in kernels:
-            kernels[key] = _micro_kernel(f"{name}_tile{len(kernels)}", vec, lanes, nv, ob, width, valid, geo,
-                                         x_shape, wp_shape, static_rows)
+            k = len(kernels)
+            kernels[key] = (_micro_kernel(f"{name}_tile{k}", vec, lanes, nv, ob, width, valid, geo, x_shape, wp_shape,
+                                          static_rows),
+                            _micro_kernel(f"{name}_tile{k}_last", vec, lanes, nv_last, ob, width, valid, geo, x_shape,
+                                          wp_shape, static_rows) if narrow else None)
         same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
         if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
             tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
@@ -300,10 +322,16 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                         kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
                 for ti in static_range(len(tiles)):
                     width = tiles[ti][1]
-                    kernel = tiles[ti][3]
+                    kernel, kernel_last = tiles[ti][3]
                     for rep in range(tiles[ti][2]):
                         col0 = tiles[ti][0] + rep * width
-                        kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                        if narrow:
+                            if blk == blocks - 1:
+                                kernel_last(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                            else:
+                                kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                        else:
+                            kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
                         if yl:
                             # blocked y: a pixel's channels are contiguous, whole vectors
                             for j in range(width):
