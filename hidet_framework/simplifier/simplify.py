@@ -249,6 +249,7 @@ class Simplifier(IRRewriter):
     rewriter walks into loops (`bind`); results are memoised per expression object."""
 
     max_rewrites = 64  # per node: a guard against a rule cycle, never reached by design
+    capped = False  # set when that guard stopped a node's rewrites (simplify_expr reads it)
 
     def __init__(self, var_bounds: Optional[Mapping[Var, Any]] = None) -> None:
         self.var_bounds: dict[Var, Interval] = {v: as_interval(b) for v, b in (var_bounds or {}).items()}
@@ -308,6 +309,8 @@ class Simplifier(IRRewriter):
                 result = children_done
                 break
             result = rewritten
+        else:
+            self.capped = True  # the guard stopped the rewrites: `result` may not be final
         self._memo[id(node)] = (node, result)
         return result
 
