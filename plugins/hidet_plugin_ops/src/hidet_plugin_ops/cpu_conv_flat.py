@@ -75,6 +75,7 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
     schedule = params.get("schedule", "dynamic")
     kernel_wide, kernel_narrow = kernels[0], kernels[-1]
     last_wide, last_narrow = (last[0], last[-1]) if last else (None, None)
+    has_last = bool(last)  # a host condition: where False, only the plain kernels are traced
 
     @script
     def conv2d_cpu_flat(x: f32[x_shape], wp: f32[wp_shape], b: f32[b_shape], y: f32[y_shape]):
@@ -89,21 +90,15 @@ def build_flat(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, has_b
                 width = wide
                 col0 = t * wide
                 if t < extra:
-                    if last:
-                        if blk == blocks - 1:
-                            last_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
-                        else:
-                            kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    if has_last and blk == blocks - 1:
+                        last_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
                     else:
                         kernel_wide(x, wp, tile, ni, blk, 0, col0, 0, 1)
                 else:
                     width = narrow
                     col0 = extra * wide + (t - extra) * narrow
-                    if last:
-                        if blk == blocks - 1:
-                            last_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
-                        else:
-                            kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
+                    if has_last and blk == blocks - 1:
+                        last_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
                     else:
                         kernel_narrow(x, wp, tile, ni, blk, 0, col0, 0, 1)
                 if yl:

@@ -170,11 +170,8 @@ def build_pointwise(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, 
                 pt = v if row_inner else u
                 first = pt * npx
                 if pt < full:
-                    if narrow:
-                        if blk == blocks - 1:
-                            full_nb(x, wp, tile, ni, blk, first)
-                        else:
-                            tile_full(x, wp, tile, ni, blk, first)
+                    if narrow and blk == blocks - 1:  # host `narrow` False: only the else is traced
+                        full_nb(x, wp, tile, ni, blk, first)
                     else:
                         tile_full(x, wp, tile, ni, blk, first)
                     for t in range(ob):
@@ -188,11 +185,8 @@ def build_pointwise(name: str, x_shape: tuple, wp_shape: tuple, y_shape: tuple, 
                     # the partial last tile: whole vectors, ending at the last pixel;
                     # only the pixels past the full tiles are stored
                     p0 = hw - last_px
-                    if narrow:
-                        if blk == blocks - 1:
-                            last_nb(x, wp, tile, ni, blk, p0)
-                        else:
-                            tile_last(x, wp, tile, ni, blk, p0)
+                    if narrow and blk == blocks - 1:  # host `narrow` False: only the else is traced
+                        last_nb(x, wp, tile, ni, blk, p0)
                     else:
                         tile_last(x, wp, tile, ni, blk, p0)
                     for t in range(ob):

@@ -119,11 +119,10 @@ def last_block_vectors(o: int, ob: int, lanes: int) -> int:
     of two with 16 lanes). Lanes past O inside a needed vector are computed (zero
     weights: the blocked layout stores them as zeros). Scalar tiles (`lanes` 1) keep
     ob."""
-    nv = ob // lanes if lanes > 1 else ob
     if lanes <= 1:
-        return nv
-    rest = o - (-(-o // ob) - 1) * ob
-    return min(nv, _ceil_div(rest, lanes))
+        return ob
+    rest = o - (_ceil_div(o, ob) - 1) * ob
+    return min(ob // lanes, _ceil_div(rest, lanes))
 
 
 def _valid_taps(col0: int, width: int, geometry: dict) -> tuple:
@@ -325,11 +324,8 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                     kernel, kernel_last = tiles[ti][3]
                     for rep in range(tiles[ti][2]):
                         col0 = tiles[ti][0] + rep * width
-                        if narrow:
-                            if blk == blocks - 1:
-                                kernel_last(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
-                            else:
-                                kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
+                        if narrow and blk == blocks - 1:  # host `narrow` False: only the else is traced
+                            kernel_last(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
                         else:
                             kernel(x, wp, tile, ni, blk, ih0, col0 * sw - left, kh_lo, kh_hi)
                         if yl:
