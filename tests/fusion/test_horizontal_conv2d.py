@@ -253,6 +253,11 @@ def test_on_the_cpu_members_of_blocked_chains_stay_apart(rng, fx, hconv):
         assert _names(_passes(outs, inputs, "evaluator")).count("slice") == 2 + (to_concat > 0)
         if slices:
             _check("cpu", outs, inputs, reference, rng, fx)
+    # a depthwise reader is no chain member (only a conv2d of groups 1 is packed): these merge
+    x = hf.symbol((1, C, H, W), "float32")
+    heads = [hf.ops.relu(hf.ops.conv2d(x, hf.constant(_p(rng, lanes, C, 1, 1)))) for _ in range(2)]
+    dw = hf.ops.conv2d(heads[0], hf.constant(_p(rng, lanes, 1, 3, 3)), padding=1, groups=lanes)
+    assert _names(_passes([dw, heads[1]], [x], "cpu")).count("slice") == 2
 
 
 def test_the_same_convs_in_two_graphs_get_each_graph_s_own_wide_conv(rng, fx):
