@@ -42,7 +42,7 @@ def avg_pool64(x, kernel, stride, pads, ceil_mode, include_pad):
                 count = (min(h0 + kernel[0], h + bottom) - h0) * (min(w0 + kernel[1], w + right) - w0)
             else:
                 count = inside
-            y[:, :, i, j] = total / count
+            y[:, :, i, j] = total / count if count else np.nan     # no position counted: 0 / 0
     return y
 
 
@@ -57,6 +57,9 @@ CASES = [  # x shape, kernel, stride, pads (top, left, bottom, right), ceil mode
     ((1, 2, 16, 16), (3, 3), (2, 2), (1, 1, 1, 1), True, True),        # last window past the end padding
     ((1, 3, 1, 37), (1, 7), (1, 5), (0, 3, 0, 3), True, True),         # one row
     ((1, 6, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), False, True),         # one window per plane
+    ((1, 23, 5, 5), (3, 3), (1, 1), (1, 1, 1, 1), False, False),       # planes an item: 8 + 8 + 7
+    ((1, 3, 5, 7), (2, 2), (1, 3), (3, 3, 3, 3), False, True),         # rows and columns with no tap inside
+    ((1, 2, 11, 13), (3, 5), (1, 1), (2, 4, 2, 4), False, False),      # pads one less than the kernel
 ]
 
 
@@ -102,3 +105,24 @@ def test_the_default_for_avg_pool2d_with_an_epilogue_grafted(rng):
     assert [t.scheduled.source for t in fn.tasks] == ["ops.avg_pool2d_cpu_rows"]
     ref = np.maximum(avg_pool64(x, (3, 3), (1, 1), (1, 1, 1, 1), False, True), 0.0)
     np.testing.assert_allclose(fn(x), ref, rtol=2e-6, atol=1e-6)
+
+
+def test_refuses_windows_that_count_no_position(rng):
+    """Padding as wide as the kernel with the divisor counting positions inside the image
+    only: the corner windows count none (their mean is 0 / 0), and the template leaves
+    them to the other schedules; with padding one narrower it applies."""
+    xs = hf.symbol((1, 2, 5, 7), "float32")
+    empty = hf.ops.avg_pool2d(xs, 2, 1, 2, count_include_pad=False)
+    assert not CpuAvgPool2dRows().applies(empty.producer.task, dict(empty.producer.attributes))
+    padded = hf.ops.avg_pool2d(xs, 2, 1, 2, count_include_pad=True)
+    assert CpuAvgPool2dRows().applies(padded.producer.task, dict(padded.producer.attributes))
+    fine = hf.ops.avg_pool2d(xs, 2, 1, 1, count_include_pad=False)
+    assert CpuAvgPool2dRows().applies(fine.producer.task, dict(fine.producer.attributes))
+    fn = hf.compile(hf.trace(empty, inputs=[xs]), target="cpu", space=0)
+    assert [t.scheduled.source for t in fn.tasks] != ["ops.avg_pool2d_cpu_rows"]
+    x = rng.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    ref = avg_pool64(x, (2, 2), (1, 1), (2, 2, 2, 2), False, False)
+    out = fn(x)
+    inside = ~np.isnan(ref)
+    assert inside.sum() == 2 * 6 * 8      # rows 1..6, columns 1..8 of the 8 x 10 outputs
+    np.testing.assert_allclose(out[inside], ref[inside], rtol=2e-6, atol=1e-6)

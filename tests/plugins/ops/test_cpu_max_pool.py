@@ -46,6 +46,8 @@ CASES = [  # x shape, kernel, stride, pads (top, left, bottom, right), dilation,
     ((1, 2, 5, 7), (2, 2), (1, 3), (3, 3, 3, 3), (1, 1), False),       # windows with no tap inside: -inf
     ((1, 3, 1, 37), (1, 7), (1, 5), (0, 3, 0, 3), (1, 1), True),       # one row
     ((1, 6, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), False),       # one window per plane
+    ((1, 23, 9, 9), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False),      # planes an item: 12 + 11
+    ((1, 2, 71, 71), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False),     # Inception-V3's second pool, rows of 71
 ]
 
 

@@ -4,22 +4,27 @@ ceil mode), a max over rows then a max over columns.
 The auto-scheduled element loop (one output, nine taps, each tap checked against the
 image and loaded behind that check) stays scalar: ResNet-50's 3x3/2 pool of 64x112x112
 took 1.5 ms on one Zen 4 core against onnxruntime's 0.19 ms. Here each item is a run
-of output rows of one plane::
+of output rows of one plane (or whole planes where a plane has fewer than ITEM_OUTPUTS
+outputs), in two passes over a buffer of rows (as `cpu_avg_pool.py`, which says why)::
 
-    parallel over items (n, c, block of rb output rows), handed out dynamically:
-        for each output row:
-            row[w] = max over the kernel rows inside the image of x[n, c, ih, w]
-                    (whole input rows, contiguous: vector maxima; rows in the
-                     padding are loop bounds)
-            y[n, c, oh, ow] = max over kw of row[ow * sw - left + kw * dw]
-                    (columns whose window lies inside the image: one loop, no check;
-                     the few border columns unrolled with their inside taps only,
-                     known while building)
+    parallel over items (n, block of planes, block of rb output rows), dynamically:
+        buf rows = [-inf] * left + [.] * w + [-inf] * right'  (margins filled once an item;
+                                                              rows a whole number of vectors)
+        for each plane, each output row:
+            buf[row][left + iw] = max over the kernel rows of x[n, c, ih, iw]
+                    (rows whose window lies inside the image: one pass a kernel row,
+                     no check, so x is read row after row as one stream (the taps in
+                     one pass ran a cold 147-wide plane 1.4x slower, in a model pass);
+                     the few border rows, known while building, with their inside taps)
+        for each plane, each output row:
+            y[n, c, oh, ow] = max over kw of buf[row][ow * sw + kw * dw]
+                    (every column in one loop: the taps in the padding read the
+                     margins, -inf, what padding contributes)
 
-The maximum is `maximum` (``b > a ? b : a``), as the operator's definition: a NaN
-never wins, and a window with no tap inside the image gives the lowest value (-inf),
-which is also what padding contributes. y is written by element stores (epilogues
-graft); x is read by element reads.
+The maximum is `maximum` (``b > a ? b : a``), as the operator's definition, folded
+from -inf: a NaN never wins, and a window with no tap inside the image gives the
+lowest value (-inf). y is written by element stores (epilogues graft); x is read by
+element reads.
 """
 from __future__ import annotations
 
@@ -30,17 +35,19 @@ from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, scr
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 from hidet_framework.schedule.template import Template
 
-__all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "row_blocks", "ITEM_OUTPUTS"]
+__all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "margins", "item_blocks", "ITEM_OUTPUTS"]
 
 ITEM_OUTPUTS = 256     # outputs an item computes at least (the hand-out's cost shared)
 
 
-def row_blocks(oh: int, ow: int, params: Mapping[str, Any]) -> tuple[int, int]:
-    """(output rows an item computes, items per plane): ``params["rows"]`` rows, or by
-    default enough rows for ITEM_OUTPUTS outputs, then balanced over the blocks."""
+def item_blocks(c: int, oh: int, ow: int, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(planes an item computes, items along C, output rows an item computes, items per
+    plane): ``params["rows"]`` rows of one plane, or by default ITEM_OUTPUTS outputs or
+    more: a run of rows, or whole planes where one plane has fewer; then balanced."""
     rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
-    blocks = -(-oh // rb)
-    return -(-oh // blocks), blocks
+    pb = 1 if rb < oh or params.get("rows") else min(c, max(1, -(-ITEM_OUTPUTS // (oh * ow))))
+    blocks, cblocks = -(-oh // rb), -(-c // pb)
+    return -(-c // cblocks), cblocks, -(-oh // blocks), blocks
 
 
 def column_split(ow: int, w: int, kw: int, sw: int, dw: int, left: int) -> tuple[int, int, list]:
@@ -53,6 +60,17 @@ def column_split(ow: int, w: int, kw: int, sw: int, dw: int, left: int) -> tuple
     return a, b, [(o, inside[o]) for o in range(ow) if not a <= o < b]
 
 
+def margins(ow: int, w: int, kw: int, sw: int, dw: int, left: int, target: Any) -> tuple[int, int, int]:
+    """(before, after, stride): the positions a row needs before column 0 and after
+    column w - 1 for every output column's taps (the padding, and past it in ceil
+    mode), and the buffer's row stride: a whole number of the target's vectors, so that
+    each row starts where the first one did (a 71-wide row otherwise splits a cache
+    line with nearly every load)."""
+    before, after = left, max(0, (ow - 1) * sw - left + (kw - 1) * dw + 1 - w)
+    lanes = max(1, int(target.get("vector_bits", 256)) // 32)
+    return before, after, -(-(before + w + after) // lanes) * lanes
+
+
 def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
                    target: Any) -> ScheduledTask:
     x_shape = tuple(int(d) for d in task.inputs[0].shape)
@@ -63,9 +81,10 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     sh, sw = attributes["stride"]
     dh, dw = attributes["dilation"]
     top, left = attributes["pads"][0], attributes["pads"][1]
-    a, b, border = column_split(ow, w, kw, sw, dw, left)
-    rb, blocks = row_blocks(oh, ow, params)
-    item_map = spatial(n, c, blocks)
+    ta, tb, border = column_split(oh, h, kh, sh, dh, top)
+    ml, mr, rw = margins(ow, w, kw, sw, dw, left, target)
+    pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params)
+    item_map = spatial(n, cblocks, blocks)
     lowest = float("-inf")
     name = "max_pool2d_cpu"
 
@@ -73,36 +92,40 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     def max_pool2d_cpu(x: f32[x_shape], y: f32[y_shape]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
-        for item in parallel(n * c * blocks, schedule="dynamic"):
-            row = local_tensor(f32, [w])
-            for ni, ci, blk in item_map.on(item):
-                for rr in range(min(rb, oh - blk * rb)):
-                    ohi = blk * rb + rr
-                    ih0 = ohi * sh - top
-                    kh_lo = 0
-                    kh_hi = kh
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
-                    for iw in range(w):
-                        row[iw] = lowest
-                    for r in range(kh_lo, kh_hi):
+        for item in parallel(n * cblocks * blocks, schedule="dynamic"):
+            buf = local_tensor(f32, [pb * rb * rw])
+            for rr in range(pb * rb):
+                for k in range(ml):
+                    buf[rr * rw + k] = lowest
+                for k in range(mr):
+                    buf[rr * rw + ml + w + k] = lowest
+            for ni, cb, blk in item_map.on(item):
+                r0 = blk * rb
+                r1 = min(oh, r0 + rb)
+                for p in range(min(pb, c - cb * pb)):
+                    for ohi in range(max(r0, ta), min(r1, tb)):
                         for iw in range(w):
-                            row[iw] = max(row[iw], x[ni, ci, ih0 + r * dh, iw])
-                    for o in range(a, b):
-                        m = row[o * sw - left]
-                        for q in static_range(1, kw):
-                            m = max(m, row[o * sw - left + q * dw])
-                        y[ni, ci, ohi, o] = m
+                            x0 = x[ni, cb * pb + p, ohi * sh - top, iw]
+                            buf[(p * rb + ohi - r0) * rw + ml + iw] = x0 if x0 > lowest else lowest  # max(-inf, x0)
+                        for r in static_range(1, kh):
+                            for iw in range(w):
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(buf[(p * rb + ohi - r0) * rw + ml + iw],
+                                                                              x[ni, cb * pb + p, ohi * sh - top + r * dh, iw])
                     for k in static_range(len(border)):
-                        col, taps = border[k]
-                        mb = lowest
-                        for t in static_range(len(taps)):
-                            mb = max(mb, row[col * sw - left + taps[t] * dw])
-                        y[ni, ci, ohi, col] = mb
+                        brow, taps = border[k][0], border[k][1]
+                        if r0 <= brow < r1:
+                            for iw in range(w):
+                                mb = lowest
+                                for t in static_range(len(taps)):
+                                    mb = max(mb, x[ni, cb * pb + p, brow * sh - top + taps[t] * dh, iw])
+                                buf[(p * rb + brow - r0) * rw + ml + iw] = mb
+                for p in range(min(pb, c - cb * pb)):
+                    for rr in range(r1 - r0):
+                        for o in range(ow):
+                            mc = buf[(p * rb + rr) * rw + ml + o * sw - left]
+                            for q in static_range(1, kw):
+                                mc = max(mc, buf[(p * rb + rr) * rw + ml + o * sw - left + q * dw])
+                            y[ni, cb * pb + p, r0 + rr, o] = mc
 
     return ScheduledTask(script_module(max_pool2d_cpu, name=name),
                          (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
@@ -115,7 +138,7 @@ class CpuMaxPool2d(Template):
     name = "ops.max_pool2d_cpu"
     operator = "max_pool2d"
     target = "cpu"
-    version = "1"
+    version = "2"
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
