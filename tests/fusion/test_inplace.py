@@ -12,7 +12,7 @@ import pytest
 from hidet_framework.fusion.inplace import ALIASED_PARAMS, aliasable_pairs, same_expr, why_not_in_place, \
     with_output_aliases
 from hidet_framework.ir.expr import var
-from hidet_framework.lang import attrs, f32, f64, script, script_module
+from hidet_framework.lang import attrs, f32, f64, local_tensor, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 
 N, M = 7, 5
@@ -224,6 +224,20 @@ def test_the_in_place_store_loop_is_marked_ivdep():
     assert "float* r, float* y" in source and source.count("#pragma GCC ivdep") == 1, source
     assert source.split("#pragma GCC ivdep")[1].lstrip().startswith(f"for (int32_t j = 0; j < {M}; ++j)"), source
     assert "ivdep" not in generate_source(_task(residual), target.backend, target.target)
+
+    @script
+    def staged(x: f32[N, M], r: f32[N, M], y: f32[N, M]):
+        attrs.func_kind = "cpu_kernel"
+        for i in range(N):
+            tmp = local_tensor(f32, [M])
+            for j in range(M):
+                tmp[j] = x[i, j] * 2.0                   # a store, but not into the pair
+            for j in range(M):
+                y[i, j] = tmp[j] + r[i, j]
+
+    source = generate_source(with_output_aliases(_task(staged), 2, 1), target.backend, target.target)
+    assert source.count("#pragma GCC ivdep") == 1 and "tmp[j_1]" in source.split("#pragma GCC ivdep")[1] \
+        and "tmp[j] = " not in source.split("#pragma GCC ivdep")[1], source
     rows, cols = 512, 520
 
     @script
