@@ -28,6 +28,7 @@ import time
 from typing import Any, Sequence
 
 from hidet_framework.fusion import FUSED_OPERATOR, GROUP_ATTRIBUTE, FusionError
+from hidet_framework.fusion.chained_task import split_prologues
 from hidet_framework.driver.options import progress
 from hidet_framework.driver import task_compiler
 from hidet_framework.driver.scheduling import applicable_templates, tune_request
@@ -83,7 +84,8 @@ def _tune_all(units: list[tuple], target: Any, space: int) -> int:
 def _plan(unit: tuple, target: Any, space: int) -> list[tuple]:
     """(key, task, ScheduledTask, TuningResult or None) to build for a unit: the
     tuner's cached pick (or the auto-scheduler's) and, for a group, its grafted kernel;
-    a group that cannot be grafted plans its members instead."""
+    a group that cannot be grafted plans its members instead (its producers and, as one
+    unit, the anchor with its consumers where only the producers were refused)."""
     key, task, name, attributes, group = unit
     if group is None:
         # through task_compiler's names: the same seams as the per-operator path
@@ -96,7 +98,14 @@ def _plan(unit: tuple, target: Any, space: int) -> list[tuple]:
             None)]
     except FusionError:
         plans = []
-        for m in group.members:
+        members = list(group.members)
+        split = split_prologues(task, group)
+        if split is not None:   # as task_compiler.compile_fused: the producers apart, the rest one unit
+            outer, inner, inner_task = split
+            plans += _plan((fused_key(inner_task, inner, target, space), inner_task, FUSED_OPERATOR, {}, inner),
+                           target, space)
+            members = [m for _, m in outer.members_in("prologue")]
+        for m in members:
             member_key = task_key(m.task, target, space, m.name, dict(m.attributes))
             if cached(member_key) is None:
                 plans += _plan((member_key, m.task, m.name, dict(m.attributes), None), target, space)

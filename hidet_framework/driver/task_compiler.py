@@ -10,6 +10,7 @@ from typing import Any
 
 from hidet_framework.compute.task import Task
 from hidet_framework.fusion import ChainedTask, FusionError, FusionGroup, fuse_group
+from hidet_framework.fusion.chained_task import split_prologues
 from hidet_framework.fusion.view_epilogue import view_tail
 from hidet_framework.graph.passes.base import attributes_key
 from hidet_framework.runtime.compiled_task import CompiledTask
@@ -60,9 +61,17 @@ def compile_fused(task: Task, group: FusionGroup, target: Any = "auto", space: i
         scheduled = fuse_anchor(lambda attributes: schedule(anchor.task, anchor.name, target, space, attributes)[0],
                                 group)
     except FusionError as exc:
-        members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))
-                   for m in group.members]
-        compiled: Any = ChainedTask(task, group, members, str(exc) or type(exc).__name__)
+        reason = str(exc) or type(exc).__name__
+        split = split_prologues(task, group)
+        if split is not None:   # the producers apart, the anchor and its consumers still one kernel
+            outer, inner, inner_task = split
+            members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))
+                       for _, m in outer.members_in("prologue")] + [compile_fused(inner_task, inner, target, space)]
+            compiled: Any = ChainedTask(task, outer, members, reason)
+        else:
+            members = [compile_task(m.task, target, space, op_name=m.name, attributes=dict(m.attributes))
+                       for m in group.members]
+            compiled = ChainedTask(task, group, members, reason)
     else:
         compiled = target.compile(task, scheduled)
     with _lock:

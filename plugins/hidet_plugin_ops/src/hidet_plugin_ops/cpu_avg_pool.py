@@ -25,7 +25,7 @@ passes over a buffer of rows::
 A 3x3 window costs 2 + 2 adds an output instead of 9 multiply-adds. The column sums
 read each buffer row at three shifted offsets: right after that row's vector stores
 those loads cannot be forwarded from the store buffer and wait for the stores, so all
-rows of the item are summed first (one row at a time, a 17-wide plane ran 3.3x slower
+rows of the item are summed first (one row at a time, a 17-wide plane ran 2.7x slower
 than now). The divisor is the window's extent along H times its extent along W
 (`count_include_pad`: the positions inside the padded input, else inside the image);
 with the padding inside the image's window (Inception's "same" pools) every output
