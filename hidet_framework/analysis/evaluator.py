@@ -21,7 +21,7 @@ import numpy as np
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import (
     Address, BinaryOp, Call, Cast, Constant, Dereference, Expr, IfThenElse, TensorElement,
-    TensorSlice, UnaryOp, Var, const,
+    TensorSlice, UnaryOp, Var, const, convert,
 )
 from hidet_framework.ir.func import Function, IRModule
 from hidet_framework.ir.functors import _Dispatch
@@ -33,6 +33,9 @@ from hidet_framework.ir.stmt import (
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, TensorType
 from hidet_framework.mapping.layout import layout_of
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class EvaluationError(RuntimeError):
@@ -67,7 +70,11 @@ class Buffer:
         if len(indices) == 1 and self.ttype.rank != 1:
             return indices[0]  # a flattened access: the element offset (lowering/flatten_tensor_index)
         layout = layout_of(self.ttype)
-        return int(ev.eval_expr(layout(*[const(i) for i in indices])))
+        layout._check_rank(indices)
+        out = layout._offset(tuple(indices))  # what layout(*indices) folds: an int for int shapes
+        if type(out) is int and _INT64_MIN <= out <= _INT64_MAX:
+            return out  # = evaluating convert(out): an int32 or int64 constant holding it unchanged
+        return int(ev.eval_expr(convert(out)))
 
 
 class PointerValue(Buffer):
@@ -102,11 +109,21 @@ def _wrap_int(value: int, dtype: DataType) -> int:
     return value
 
 
+# Constant node -> its value (nodes are immutable and hash by identity; an entry keeps
+# its node alive, so an id is never reused while cached; cleared when full).
+_CONSTANTS: dict = {}
+_CONSTANTS_LIMIT = 1 << 16
+_FLOAT_SCALARS: dict[str, Callable[[Any], Any]] = {}  # float dtype name -> numpy scalar type (bfloat16: float32)
+
+
 def _scalar(value: Any, dtype: DataType) -> Any:
-    if dtype.is_float():
-        np_name = "float32" if dtype.name == "bfloat16" else dtype.name
-        return np.dtype(np_name).type(value)
-    if dtype.is_bool():
+    kind = dtype.kind
+    if kind == "float":
+        make = _FLOAT_SCALARS.get(dtype.name)
+        if make is None:
+            make = _FLOAT_SCALARS[dtype.name] = np.dtype("float32" if dtype.name == "bfloat16" else dtype.name).type
+        return make(value)
+    if kind == "bool":
         return bool(value)
     return _wrap_int(int(value), dtype)
 
@@ -272,11 +289,16 @@ class Evaluator(_Dispatch):
         value = self.eval_expr(e)
         return _scalar(value, t) if isinstance(t, DataType) else value
 
-    def eval_expr(self, e: Expr) -> Any:
-        return self.visit(e)
+    # the evaluator's hottest call: the dispatch itself, not a method that calls it
+    eval_expr = _Dispatch.visit
 
     def visit_Constant(self, e: Constant) -> Any:
-        return _scalar(e.value, e.dtype)
+        value = _CONSTANTS.get(e)
+        if value is None:
+            if len(_CONSTANTS) >= _CONSTANTS_LIMIT:
+                _CONSTANTS.clear()
+            value = _CONSTANTS[e] = _scalar(e.value, e.dtype)
+        return value
 
     def visit_Var(self, e: Var) -> Any:
         if e not in self.env:

@@ -8,6 +8,7 @@ processes; names do not matter).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Mapping, Optional
 
 import attrs
@@ -123,13 +124,26 @@ class Task:
     # ------------------------------------------------------------ fingerprint
     def fingerprint(self) -> str:
         """Stable across processes: the compute DAG's structure, dtypes, shapes and
-        attributes; not the names."""
+        attributes; not the names.
+
+        Remembered per task (a graph compile asks for it about 20 times a task): the
+        compute DAG is frozen, so only the attributes' text can change, and the
+        remembered value is used only while that text is the same."""
+        attrs_text = repr(sorted((str(k), repr(v)) for k, v in self.attributes.items()))
+        known = _FINGERPRINTS.get(self)
+        if known is not None and known[0] == attrs_text:
+            return known[1]
         parts: list[Any] = [list(self.inputs), list(self.outputs)]
         for t in self.tensors():
             if t.definition is not None:
                 parts.append([t, list(t.definition.axes), t.definition.value])
-        attrs_text = repr(sorted((str(k), repr(v)) for k, v in self.attributes.items()))
-        return structural_hash([parts, attrs_text])[:24]
+        fingerprint = structural_hash([parts, attrs_text])[:24]
+        _FINGERPRINTS[self] = (attrs_text, fingerprint)
+        return fingerprint
+
+
+# Task -> (attributes' text, fingerprint); by identity (Task has eq=False), dropped with the task.
+_FINGERPRINTS: "weakref.WeakKeyDictionary[Task, tuple[str, str]]" = weakref.WeakKeyDictionary()
 
 
 class _Inliner(ComputeRewriter):

@@ -205,3 +205,28 @@ def test_fingerprint_sees_attribute_names_and_reductions_are_never_inlined():
     relu = compute("relu", [3, 5], lambda i, j: c[i, j] * 2.0)
     t = Task("mm_relu", [a, b], [relu])
     assert tensors_read(t.inlined_value(relu)) == [c]   # a reduction stays a stage of its own
+
+
+def test_fingerprint_is_remembered_per_task_until_its_attributes_change(monkeypatch):
+    from hidet_framework.compute import task as task_module
+
+    calls = []
+    real_hash = task_module.structural_hash
+    monkeypatch.setattr(task_module, "structural_hash", lambda node: calls.append(1) or real_hash(node))
+
+    def make(shape, attributes):
+        x = tensor_input("x", "float32", list(shape))
+        return Task("t", [x], [compute("y", list(shape), lambda *i: x[i] * 2.0)], attributes=attributes)
+
+    t = make((3,), {"axis": 1})
+    first = t.fingerprint()
+    assert t.fingerprint() == first and len(calls) == 1      # the second call hashes nothing
+    # another task of the same name (and same attributes) but another shape has its own
+    other = make((5,), {"axis": 1})
+    assert other.fingerprint() != first and len(calls) == 2
+    # attributes are a mutable mapping: a change is seen, and equals a fresh task's value
+    t.attributes["axis"] = 2
+    changed = t.fingerprint()
+    assert changed != first and changed == make((3,), {"axis": 2}).fingerprint()
+    t.attributes["axis"] = 1
+    assert t.fingerprint() == first
