@@ -27,7 +27,7 @@ from hidet_framework.graph.passes.rewrite_patterns import registered_rules
 from .run_poisoned import run_poisoned
 
 TARGETS = ["evaluator", "cpu"]
-RULES = ("fuse_horizontal_conv2d",)
+RULES = ("fuse_horizontal_conv2d", "fuse_horizontal_conv2d_cpu")   # cuda and the evaluator; the cpu
 ENV = "HIDET_FRAMEWORK_HCONV"
 C, H, W = 7, 5, 7  # prime channels, odd map (small: the evaluator interprets every element)
 
@@ -209,6 +209,55 @@ def test_what_must_not_merge_stays_apart_and_the_rest_is_right(case, rng, fx):
 def test_refusals_are_right_on_cpu(case, rng, fx, hconv):
     outs, inputs, reference, _ = _case(rng, case)
     _check("cpu", outs, inputs, reference, rng, fx)
+
+
+def _bottleneck_opening(rng, m, wide, to_concat=0):
+    """ResNet's first bottleneck opening on x: a 1x1 (m, relu) into a 3x3, a downsample
+    1x1 (`wide`) into the residual add and relu, then a 1x1 reading that; with
+    `to_concat`, a third 1x1 sibling (relu) whose output only meets the block's in a
+    concat. (outputs, inputs, float64 reference)"""
+    x = hf.symbol((1, C, H, W), "float32")
+    w1, w2, wd, wt = _p(rng, m, C, 1, 1), _p(rng, wide, m, 3, 3), _p(rng, wide, C, 1, 1), _p(rng, m, wide, 1, 1)
+    wc = _p(rng, to_concat, C, 1, 1)
+    k = [hf.constant(a) for a in (w1, w2, wd, wt, wc)]
+    t = hf.ops.relu(hf.ops.conv2d(hf.ops.relu(hf.ops.conv2d(x, k[0])), k[1], padding=1))
+    r = hf.ops.relu(t + hf.ops.conv2d(x, k[2]))
+    y = hf.ops.conv2d(r, k[3])
+    outs = [hf.ops.concat([y, hf.ops.relu(hf.ops.conv2d(x, k[4]))], axis=1) if to_concat else y]
+
+    def reference(xa):
+        u = np.maximum(_conv_np(np.maximum(_conv_np(xa, w1), 0), w2, pad=1), 0)
+        v = _conv_np(np.maximum(u + _conv_np(xa, wd), 0), wt)
+        return [np.concatenate([v, np.maximum(_conv_np(xa, wc), 0)], axis=1) if to_concat else v]
+
+    return outs, [x], reference
+
+
+def test_on_the_cpu_members_of_blocked_chains_stay_apart(rng, fx, hconv):
+    """Whole vectors of channels reaching another convolution (the blocked chain's
+    members, rules_blocked_chain.would_chain) are not merged on the cpu: ResNet's
+    opening keeps its two convolutions and no slice; with channel counts that are no
+    whole vectors the same graph merges; a member that only meets the others in a
+    concat merges with another such and leaves the chain's member alone."""
+    fx.need_target("cpu")
+    from hidet_plugin_ops.cpu_blocked import blocked_lanes
+    from hidet_framework.extension import plugin_host
+
+    lanes = blocked_lanes(plugin_host().backend_for("cpu").detect_target())
+    cases = [((lanes, 4 * lanes, 0), 0), ((lanes + 3, 4 * lanes + 3, 0), 2), ((lanes, 4 * lanes, 2 * lanes), 0),
+             ((lanes + 1, 4 * lanes, 2 * lanes), 2)]
+    for (m, wide, to_concat), slices in cases:
+        outs, inputs, reference = _bottleneck_opening(rng, m, wide, to_concat)
+        names = _names(_passes(outs, inputs, "cpu"))
+        assert names.count("slice") == slices, ((m, wide, to_concat), names)
+        assert _names(_passes(outs, inputs, "evaluator")).count("slice") == 2 + (to_concat > 0)
+        if slices:
+            _check("cpu", outs, inputs, reference, rng, fx)
+    # a depthwise reader is no chain member (only a conv2d of groups 1 is packed): these merge
+    x = hf.symbol((1, C, H, W), "float32")
+    heads = [hf.ops.relu(hf.ops.conv2d(x, hf.constant(_p(rng, lanes, C, 1, 1)))) for _ in range(2)]
+    dw = hf.ops.conv2d(heads[0], hf.constant(_p(rng, lanes, 1, 3, 3)), padding=1, groups=lanes)
+    assert _names(_passes([dw, heads[1]], [x], "cpu")).count("slice") == 2
 
 
 def test_the_same_convs_in_two_graphs_get_each_graph_s_own_wide_conv(rng, fx):

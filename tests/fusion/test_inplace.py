@@ -12,7 +12,7 @@ import pytest
 from hidet_framework.fusion.inplace import ALIASED_PARAMS, aliasable_pairs, same_expr, why_not_in_place, \
     with_output_aliases
 from hidet_framework.ir.expr import var
-from hidet_framework.lang import attrs, f32, f64, script, script_module
+from hidet_framework.lang import attrs, f32, f64, local_tensor, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
 
 N, M = 7, 5
@@ -208,3 +208,46 @@ def test_the_pair_is_passed_without_restrict_to_the_thread_pool_task():
     source = generate_source(with_output_aliases(_task(big), 2, 1), target.backend, target.target)
     head = source.split("void big_par0(")[1].split(")")[0]
     assert "__restrict__ x" not in head and "__restrict__ y" not in head and "__restrict__ r" in head, head
+
+
+def test_the_in_place_store_loop_is_marked_ivdep():
+    """Printed without restrict, the pair makes gcc version the store loop on an address
+    test whose overlap side (y == r: in place) is scalar; the proof makes `#pragma GCC
+    ivdep` true there, so the innermost loop storing into the pair gets it, and nothing
+    else does (no outer loop, no kernel without a pair)."""
+    from hidet_framework.driver.targets import resolve_compile_target
+    from hidet_framework.lang import parallel
+    from hidet_framework.runtime.compiled_task import generate_source
+
+    target = resolve_compile_target("cpu")
+    source = generate_source(with_output_aliases(_task(residual), 2, 1), target.backend, target.target)
+    assert "float* r, float* y" in source and source.count("#pragma GCC ivdep") == 1, source
+    assert source.split("#pragma GCC ivdep")[1].lstrip().startswith(f"for (int32_t j = 0; j < {M}; ++j)"), source
+    assert "ivdep" not in generate_source(_task(residual), target.backend, target.target)
+
+    @script
+    def staged(x: f32[N, M], r: f32[N, M], y: f32[N, M]):
+        attrs.func_kind = "cpu_kernel"
+        for i in range(N):
+            tmp = local_tensor(f32, [M])
+            for j in range(M):
+                tmp[j] = x[i, j] * 2.0                   # a store, but not into the pair
+            for j in range(M):
+                y[i, j] = tmp[j] + r[i, j]
+
+    source = generate_source(with_output_aliases(_task(staged), 2, 1), target.backend, target.target)
+    assert source.count("#pragma GCC ivdep") == 1 and "tmp[j_1]" in source.split("#pragma GCC ivdep")[1] \
+        and "tmp[j] = " not in source.split("#pragma GCC ivdep")[1], source
+    rows, cols = 512, 520
+
+    @script
+    def wide(x: f32[rows, cols], r: f32[rows, cols], y: f32[rows, cols]):
+        attrs.func_kind = "cpu_kernel"
+        for i in parallel(rows):
+            for j in range(cols):
+                y[i, j] = x[i, j] + r[i, j]
+
+    source = generate_source(with_output_aliases(_task(wide), 2, 1), target.backend, target.target)
+    body = source.split("void wide_par0(")[2] if source.count("void wide_par0(") > 1 else source.split("void wide_par0(")[1]
+    assert source.count("#pragma GCC ivdep") == 1 and "#pragma GCC ivdep" in body, source
+    assert body.split("#pragma GCC ivdep")[1].lstrip().startswith("for (int32_t j"), body

@@ -54,6 +54,7 @@ from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import Cast, Constant, Expr, Var
 from hidet_framework.ir.func import Function, IRModule
+from hidet_framework.ir.stmt import BufferStoreStmt, ForMappingStmt, ForStmt, IfStmt, LetStmt, SeqStmt, WhileStmt
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, Scope
 
@@ -165,6 +166,10 @@ class CCodegen(CStyleCodegen):
         raise CodegenError(f"cpu: cannot declare a variable in {scope.value} scope (only local/register)")
 
     def for_pragmas(self, s: Any) -> list[str]:
+        pragmas = self._for_pragmas(s)
+        return pragmas + ["#pragma GCC ivdep"] if stores_in_place(self.function, s) else pragmas
+
+    def _for_pragmas(self, s: Any) -> list[str]:
         if s.parallel:  # serial when the loop is too small to share (parallel.py)
             mode, _ = self.outliner.decide(s)
             schedule = "dynamic" if s.parallel == "dynamic" else "static"   # lang's parallel(n, schedule=...)
@@ -222,6 +227,34 @@ class CCodegen(CStyleCodegen):
 
     def assert_failure(self, message: str) -> list[str]:
         return [f"hidet_assert_fail({message});"]
+
+
+def stores_in_place(fn: Function | None, s: Any) -> bool:
+    """`s` is an innermost serial loop (no loop inside) that stores into a parameter of `fn`
+    marked ``aliased_params`` (an in-place output, `fusion/inplace.py`). Printed without
+    ``__restrict__``, that output and its input make gcc version the loop on an address
+    test whose overlap side, taken when they are the same buffer (in place), is the scalar
+    loop; the in-place proof says the input is read only at the output's own index, before
+    the store, so no iteration depends on another through them and ``#pragma GCC ivdep``
+    is true (every other pointer parameter is restrict)."""
+    marked = fn.attrs.get("aliased_params", ()) if fn is not None else ()
+    if not marked or s.parallel:
+        return False
+    aliased = [fn.params[p] for p in marked]
+    stores, stack = False, [s.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ForStmt, ForMappingStmt, WhileStmt)):
+            return False
+        if isinstance(node, SeqStmt):
+            stack.extend(node.stmts)
+        elif isinstance(node, LetStmt):
+            stack.append(node.body)
+        elif isinstance(node, IfStmt):
+            stack += [node.then_body, node.else_body]
+        elif isinstance(node, BufferStoreStmt):
+            stores = stores or any(node.base is a for a in aliased)
+    return stores
 
 
 def generate(module: IRModule, target: Any = None) -> str:

@@ -72,3 +72,7 @@ def register_templates(register) -> None:
     from .cpu_depthwise_blocked import CpuDepthwiseBlocked
 
     register(CpuDepthwiseBlocked.name, CpuDepthwiseBlocked())
+    # max_pool2d in the blocked layout, inside a chain of convolutions (rules_blocked_chain.py)
+    from .cpu_max_pool_blocked import CpuMaxPool2dBlocked
+
+    register(CpuMaxPool2dBlocked.name, CpuMaxPool2dBlocked())

@@ -16,16 +16,20 @@ no conversion kernel inside it:
    residual add) whose inputs are all ``from_blocked`` of L-lane tensors of the same
    channels runs on the blocked tensors: ``from_blocked(op(t1, t2, ...))``.
 3. `chain_read`: a ``conv2d_packed`` whose x is ``from_blocked(t)`` reads ``t``.
+4. `chain_pool`: a float32 ``max_pool2d`` whose x is ``from_blocked(t)`` (whole vectors
+   of channels) runs on ``t`` (`cpu_max_pool_blocked.py`): ``from_blocked(max_pool2d_
+   blocked(t))``; rule 1 looks through max pools as through elementwise operators, so
+   ResNet-50's stem writes blocked and its 3x3/2 pool reads and writes blocked.
 
 Each phase runs to its fixpoint, so the ``from_blocked`` a convolution leaves is pushed
 past the elementwise operators and taken away by the next convolution: a
-``from_blocked`` remains only before an operator that cannot read the layout (a pool, a
-graph output, an add of a blocked and an NCHW tensor): one conversion at the chain's end
+``from_blocked`` remains only before an operator that cannot read the layout (an
+average or global pool, a graph output, an add of a blocked and an NCHW tensor): one conversion at the chain's end
 (ResNet-50: the identity of the last block, 400 KB, 80-92 us), an element read grafted
 into that operator's kernel where the fusion engine can (a bijection: L divides C). A chain's
 first convolution reads NCHW and its last writes NCHW when nothing after it is a
-convolution (the stem before the max pool, the last block before the global pool),
-so the layout changes only at a chain's two ends.
+convolution (the last block before the global pool), so the layout changes only at a
+chain's two ends (ResNet-50: the stem reads the 3-channel NCHW image and writes blocked).
 
 Why (AVX-512 Zen 4, ResNet-50, one thread, perf_notes "Session 9/10 cpuconv"): a 1x1
 convolution in NCHW either stores its (pixels x channel vectors) tile transposed or
@@ -48,8 +52,9 @@ from hidet_framework.ir.expr import Expr, TensorElement, const, var
 from .common import load, make_operator
 from .cpu_blocked import FROM_BLOCKED, blocked_lanes, from_blocked
 from .cpu_conv import PACKED_OPERATOR, conv2d_packed
+from .cpu_max_pool_blocked import max_pool2d_blocked
 
-__all__ = ["RULES", "CHAIN_DEPTH", "ELEMENTWISE_NAMES", "elementwise_form", "reapply"]
+__all__ = ["RULES", "CHAIN_DEPTH", "ELEMENTWISE_NAMES", "elementwise_form", "reapply", "would_chain"]
 
 CHAIN_DEPTH = 4      # elementwise operators between two convolutions of one chain, at most
 # the operators rule 2 is shown (it checks their form; a name here is not a promise)
@@ -118,16 +123,42 @@ def _lanes() -> int:
     return blocked_lanes(plugin_host().backend_for("cpu").detect_target())
 
 
-def _reaches_conv(t: Tensor, uses: Any, depth: int) -> bool:
-    """`t` is read by a ``conv2d_packed`` (as x) directly or over at most `depth`
-    elementwise operators."""
+def _poolable(op: Any) -> bool:
+    """A float32 NCHW ``max_pool2d`` (rule 4 runs it blocked)."""
+    return op.name == "max_pool2d" and op.inputs[0].rank == 4 and op.inputs[0].dtype is dtypes.float32
+
+
+def _packed_x(op: Any, index: int) -> bool:
+    return op.name == PACKED_OPERATOR and index == 0
+
+
+def _packable_x(op: Any, index: int) -> bool:
+    """x of a conv2d that the packing rule (`cpu_conv.pack_conv2d_weights`, phase 1) makes a
+    ``conv2d_packed``: float32, groups 1, weights from constants."""
+    return op.name == "conv2d" and index == 0 and int(op.attributes["groups"]) == 1 \
+        and op.inputs[0].dtype is dtypes.float32 and all(t.computed_from_constants() for t in op.inputs[1:])
+
+
+def _reaches_conv(t: Tensor, uses: Any, depth: int, is_conv: Any = _packed_x) -> bool:
+    """`t` is read by a ``conv2d_packed`` (as x; `is_conv` says which readers count)
+    directly or over at most `depth` elementwise operators and max pools."""
     for reader, index in uses.original_readers(t) or ():
-        if reader.name == PACKED_OPERATOR and index == 0:
+        if is_conv(reader, index):
             return True
-        if depth > 0 and reader.name in ELEMENTWISE_NAMES and elementwise_form(reader) is not None \
-                and _reaches_conv(reader.outputs[0], uses, depth - 1):
+        passes = (reader.name in ELEMENTWISE_NAMES and elementwise_form(reader) is not None) or _poolable(reader)
+        if depth > 0 and passes and _reaches_conv(reader.outputs[0], uses, depth - 1, is_conv):
             return True
     return False
+
+
+def would_chain(t: Tensor, uses: Any) -> bool:
+    """Before the packing rule (phase 0): a float32 NCHW `t`, the output of a
+    convolution (or of its activation), would be written blocked by rule 1 once packed:
+    its channels are whole vectors and it reaches another packable convolution over
+    elementwise operators and max pools (`CHAIN_DEPTH` at most)."""
+    lanes = _lanes()
+    return t.rank == 4 and t.dtype is dtypes.float32 and lanes >= 2 and int(t.shape[1]) % lanes == 0 \
+        and _reaches_conv(t, uses, CHAIN_DEPTH, _packable_x)
 
 
 def _packed_args(op: Any) -> tuple:
@@ -173,11 +204,24 @@ def chain_read(op: Any) -> list[Tensor] | None:
     return [conv2d_packed(t, *_packed_args(op), out_lanes=op.attributes.get("out_lanes", 0))]
 
 
+def chain_pool(op: Any) -> list[Tensor] | None:
+    if not _poolable(op):
+        return None
+    t = _blocked_source(op.inputs[0])
+    if t is None or int(t.shape[1]) * int(t.shape[4]) != int(op.inputs[0].shape[1]):
+        return None         # lanes past C: the pool would not see them as NCHW does (not made by rule 1)
+    a = op.attributes
+    y = max_pool2d_blocked(t, a["kernel"], a["stride"], a["dilation"], a["pads"], tuple(op.outputs[0].shape[2:]))
+    return [from_blocked(y, op.outputs[0].shape[1])]
+
+
 RULES = (
     RewriteRule("cpu_chain_write", (PACKED_OPERATOR,), chain_write, phase=3, needs_uses=True, targets=("cpu",),
                 description="a conv2d_packed whose output reaches another convolution writes the blocked layout"),
     RewriteRule("cpu_chain_elementwise", ELEMENTWISE_NAMES, chain_elementwise, phase=3, targets=("cpu",),
                 description="an elementwise operator of blocked inputs runs on the blocked layout"),
+    RewriteRule("cpu_chain_pool", ("max_pool2d",), chain_pool, phase=3, targets=("cpu",),
+                description="a max_pool2d of a blocked tensor runs on the blocked layout"),
     RewriteRule("cpu_chain_read", (PACKED_OPERATOR,), chain_read, phase=3, targets=("cpu",),
                 description="a conv2d_packed reads a blocked tensor in place of from_blocked"),
 )

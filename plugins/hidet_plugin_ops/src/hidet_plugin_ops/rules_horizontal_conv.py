@@ -32,6 +32,15 @@ stored once (it has several readers) and a slice with what follows is grafted on
 next kernel's loads (the concat of the block's branches, the next convolution's input
 staging on cuda). Where the rule runs: `DEFAULT_TARGETS` (cpu, cuda, the evaluator);
 HIDET_FRAMEWORK_HCONV=0 turns it off everywhere (`ENV`, read at every rewrite).
+
+**On the cpu** (its own rule, ``fuse_horizontal_conv2d_cpu``) a member whose output
+would run in a channel-blocked chain (`rules_blocked_chain.would_chain`: its channels
+whole SIMD vectors and its output reaching another convolution over elementwise
+operators and max pools) is left out of the group: there the packed direct
+convolution reads x through a pointer, so a slice of the wide NCHW output is copied out
+and the chain after it runs NCHW (ResNet-50's 56x56 stage: the 1x1 64->256 expansions
+writing NCHW took 1.75-2.0 ms against 1.1-1.2 written blocked). The others still merge
+(two at least): members that only meet in a concat, channel counts of no whole vectors.
 """
 from __future__ import annotations
 
@@ -52,8 +61,11 @@ ENV = "HIDET_FRAMEWORK_HCONV"
 # its packed direct convolution (cpu_conv_template.py) reads x through a pointer, so a
 # slice before it cannot be grafted and that group falls back to one kernel per operator
 # (the slice copied out, the convolution, the relu: Inception-V3 120 -> 139 launches);
-# the wider GEMMs pay for the copies.
+# the wider GEMMs pay for the copies. Since the blocked chains (session 10) that no longer
+# holds: session 12 (Zen 4, 1 thread, thread CPU clock, in one process) HCONV=0 was 2.4-3.6%
+# faster on ResNet-50 and 3% on Inception-V3, hence the cpu's own rule (docstring).
 DEFAULT_TARGETS = ("cpu", "cuda", "evaluator")
+CPU_RULE_NAME = "fuse_horizontal_conv2d_cpu"   # the cpu's rule (HorizontalConv2dCpu)
 ACTIVATIONS = ("relu", "sigmoid", "tanh")  # elementwise, no attributes: one call on the wide output
 
 
@@ -126,15 +138,34 @@ class HorizontalConv2d(HorizontalRule):
         return unary.OPERATORS[tail.name](wide) if tail is not None else wide
 
 
-_RULE = HorizontalConv2d()
+class HorizontalConv2dCpu(HorizontalConv2d):
+    """The CPU's rule: a member whose output would run in a blocked chain
+    (`rules_blocked_chain.would_chain`: whole vectors of channels reaching another
+    convolution) stays its own convolution; the others merge (two at least)."""
+
+    def members(self, anchor: Operator, uses: Any) -> list[Member] | None:
+        from .rules_blocked_chain import would_chain
+
+        members = super().members(anchor, uses)
+        kept = [m for m in members or () if not would_chain((m.tail or m.anchor).outputs[0], uses)]
+        return kept if len(kept) >= 2 else None
+
+
+_RULE, _CPU_RULE = HorizontalConv2d(), HorizontalConv2dCpu()
 
 
 def _rewrite(op: Operator, uses: Any) -> list[Tensor] | None:
     return _RULE.rewrite(op, uses) if enabled() else None
 
 
+def _rewrite_cpu(op: Operator, uses: Any) -> list[Tensor] | None:
+    return _CPU_RULE.rewrite(op, uses) if enabled() else None
+
+
 RULES: tuple[RewriteRule, ...] = (
     RewriteRule("fuse_horizontal_conv2d", ("conv2d", *ACTIVATIONS), _rewrite, phase=0, needs_uses=True,
-                targets=DEFAULT_TARGETS,
+                targets=tuple(t for t in DEFAULT_TARGETS if t != "cpu"),
                 description="conv2d siblings on one input with one window as one wide conv2d and channel slices"),
+    RewriteRule(CPU_RULE_NAME, ("conv2d", *ACTIVATIONS), _rewrite_cpu, phase=0, needs_uses=True, targets=("cpu",),
+                description="the same on the cpu, leaving out the members that would run in a blocked chain"),
 )
