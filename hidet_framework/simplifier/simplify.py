@@ -88,9 +88,18 @@ def fold_constants(s: "Simplifier", e: Expr) -> Optional[Expr]:
     return const(value.item() if hasattr(value, "item") else value, t)
 
 
+def _may_be_nan(e: Expr) -> bool:
+    t = infer_type(e)
+    return not isinstance(t, DataType) or t.is_float()
+
+
 def constant_to_right(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
-    """c op x -> x op c for commutative ops (a canonical form the other rules expect)."""
+    """c op x -> x op c for commutative ops (a canonical form the other rules expect).
+    min/max swap only when neither operand is a float: for floats, ``max(a, b)`` is ``b > a ? b : a``, which
+    returns `a` when either is NaN, so its operand order decides whether a NaN is kept."""
     if e.op in COMMUTATIVE and is_const(e.a) and not is_const(e.b):
+        if e.op in ("min", "max") and any(_may_be_nan(x) for x in (e.a, e.b)):
+            return None
         return BinaryOp(e.op, e.b, e.a)
     return None
 

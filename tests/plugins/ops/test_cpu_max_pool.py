@@ -123,3 +123,35 @@ def test_other_dtypes_keep_the_generic_schedule():
     xs = hf.symbol((1, 3, 9, 9), "float16")
     y = hf.ops.max_pool2d(xs, 3, 2, 1)
     assert not CpuMaxPool2d().applies(y.producer.task, dict(y.producer.attributes))
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_the_row_buffer_stays_within_its_bound(cpu_backend, rng, kind):
+    """A window as wide as a 1009-wide row over one output column: an item may not
+    take ITEM_OUTPUTS rows of 1009+ floats on the thread's stack (152 KB here), only as
+    many as BUFFER_FLOATS holds; the result is still the reference's."""
+    import re
+
+    from hidet_framework.runtime.compiled_task import generate_source
+    from hidet_plugin_ops.cpu_avg_pool import CpuAvgPool2dRows
+    from hidet_plugin_ops.cpu_max_pool import BUFFER_FLOATS
+
+    from .test_cpu_avg_pool import avg_pool64
+
+    shape, kernel = (1, 3, 41, 1009), (3, 1009)
+    xs = hf.symbol(shape, "float32")
+    y = hf.ops.max_pool2d(xs, kernel, 1, 0) if kind == "max" else hf.ops.avg_pool2d(xs, kernel, 1, 0)
+    task, attributes = y.producer.task, dict(y.producer.attributes)
+    template = CpuMaxPool2d() if kind == "max" else CpuAvgPool2dRows()
+    target = cpu_backend.detect_target()
+    scheduled = template.build(task, attributes, {"rows": 0}, target)
+    sizes = [int(s) for s in re.findall(r"float buf\[(\d+)\]", generate_source(scheduled, cpu_backend, target))]
+    assert sizes and max(sizes) <= BUFFER_FLOATS
+    x = rng.standard_normal(shape).astype(np.float32)
+    out = np.full(tuple(y.shape), np.nan, np.float32)
+    compile_scheduled(task, scheduled, cpu_backend, target).run([x], [out])
+    if kind == "max":
+        ref = max_pool64(x, kernel, (1, 1), (0,) * 4, (1, 1), False)
+        np.testing.assert_array_equal(out, ref.astype(np.float32))
+    else:
+        np.testing.assert_allclose(out, avg_pool64(x, kernel, (1, 1), (0,) * 4, False, True), rtol=2e-6, atol=1e-6)

@@ -134,16 +134,17 @@ def leaky_relu(x: Tensor, alpha: float = 0.01) -> Tensor:
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
-    """``max(0, min(1, alpha * x + beta))``."""
+    """``max(0, min(1, alpha * x + beta))``; NaN gives NaN (ONNX), hence the value as
+    the first operand (the IR's ``max(a, b)`` returns `a` when either is NaN)."""
     def body(v: Expr) -> Expr:
-        return maximum(_c(0.0, v), minimum(_c(1.0, v), _c(alpha, v) * v + _c(beta, v)))
+        return maximum(minimum(_c(alpha, v) * v + _c(beta, v), _c(1.0, v)), _c(0.0, v))
     return _float_function("hard_sigmoid", x, body, {"alpha": float(alpha), "beta": float(beta)})
 
 
 def hard_swish(x: Tensor) -> Tensor:
-    """``x * max(0, min(1, x / 6 + 1 / 2))`` (ONNX HardSwish)."""
+    """``x * max(0, min(1, x / 6 + 1 / 2))`` (ONNX HardSwish; the value first, as above)."""
     def body(v: Expr) -> Expr:
-        return v * maximum(_c(0.0, v), minimum(_c(1.0, v), v * _c(1.0 / 6.0, v) + _c(0.5, v)))
+        return v * maximum(minimum(v * _c(1.0 / 6.0, v) + _c(0.5, v), _c(1.0, v)), _c(0.0, v))
     return _float_function("hard_swish", x, body)
 
 

@@ -87,7 +87,7 @@ def build_avg_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
            if column_extent(o, w, kw, sw, left, right, include_pad) != kw]
     inner = 1.0 / (kh * kw)
     ml, mr, rw = margins(ow, w, kw, sw, 1, left, target)
-    pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params)
+    pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params, rw)
     item_map = spatial(n, cblocks, blocks)
     name = "avg_pool2d_cpu_rows"
 

@@ -38,14 +38,17 @@ from hidet_framework.schedule.template import Template
 __all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "margins", "item_blocks", "ITEM_OUTPUTS"]
 
 ITEM_OUTPUTS = 256     # outputs an item computes at least (the hand-out's cost shared)
+BUFFER_FLOATS = 16384  # an item's row buffer at most (64 KB of the thread's stack), one row at least
 
 
-def item_blocks(c: int, oh: int, ow: int, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+def item_blocks(c: int, oh: int, ow: int, params: Mapping[str, Any], rw: int) -> tuple[int, int, int, int]:
     """(planes an item computes, items along C, output rows an item computes, items per
     plane): ``params["rows"]`` rows of one plane, or by default ITEM_OUTPUTS outputs or
-    more: a run of rows, or whole planes where one plane has fewer; then balanced."""
-    rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
-    pb = 1 if rb < oh or params.get("rows") else min(c, max(1, -(-ITEM_OUTPUTS // (oh * ow))))
+    more: a run of rows, or whole planes where one plane has fewer; as many as a buffer
+    of BUFFER_FLOATS holds in rows of `rw` (a wide window over few outputs); balanced."""
+    cap = max(1, BUFFER_FLOATS // rw)
+    rb = min(oh, cap, max(1, int(params.get("rows", 0)) or -(-ITEM_OUTPUTS // ow)))   # 0: the default
+    pb = 1 if rb < oh or params.get("rows") else min(c, max(1, cap // oh), max(1, -(-ITEM_OUTPUTS // (oh * ow))))
     blocks, cblocks = -(-oh // rb), -(-c // pb)
     return -(-c // cblocks), cblocks, -(-oh // blocks), blocks
 
@@ -83,7 +86,7 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     top, left = attributes["pads"][0], attributes["pads"][1]
     ta, tb, border = column_split(oh, h, kh, sh, dh, top)
     ml, mr, rw = margins(ow, w, kw, sw, dw, left, target)
-    pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params)
+    pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params, rw)
     item_map = spatial(n, cblocks, blocks)
     lowest = float("-inf")
     name = "max_pool2d_cpu"
