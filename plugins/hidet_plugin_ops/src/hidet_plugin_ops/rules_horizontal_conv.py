@@ -59,9 +59,9 @@ ENV = "HIDET_FRAMEWORK_HCONV"
 # 0.884 -> 0.750 ms (221 -> 183 launches), ResNet-50 0.469 -> 0.467 ms. The cpu: no slower
 # (Inception-V3 off/on x1.013 and x1.024, ResNet-50 x1.017, outputs bitwise equal), though
 # its packed direct convolution (cpu_conv_template.py) reads x through a pointer, so a
-# slice before it cannot be grafted and that group falls back to one kernel per operator
-# (the slice copied out, the convolution, the relu: Inception-V3 120 -> 139 launches);
-# the wider GEMMs pay for the copies. Since the blocked chains (session 10) that no longer
+# slice before it cannot be grafted: the slice is copied out and the convolution keeps its
+# relu (fusion/chained_task.split_prologues; before session 12 the group fell apart into
+# three kernels, Inception-V3 120 -> 139 launches); the wider GEMMs pay for the copies. Since the blocked chains (session 10) that no longer
 # holds: session 12 (Zen 4, 1 thread, thread CPU clock, in one process) HCONV=0 was 2.4-3.6%
 # faster on ResNet-50 and 3% on Inception-V3, hence the cpu's own rule (docstring).
 DEFAULT_TARGETS = ("cpu", "cuda", "evaluator")
