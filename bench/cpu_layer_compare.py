@@ -110,7 +110,8 @@ def conv_key(shapes: list, peer: bool) -> tuple | None:
 
 def by_shape(ours: list, shapes: list, peer: list) -> None:
     """Convolutions matched by shape (ResNet-50's are onnxruntime's one to one by default since
-    the cpu's horizontal rule leaves chain members apart; elsewhere ``HIDET_FRAMEWORK_HCONV=0``): per distinct shape, the count and both sides' sums, the largest gaps first."""
+    the cpu's horizontal rule leaves chain members apart; elsewhere ``HIDET_FRAMEWORK_HCONV=0``):
+    per distinct shape, the count and both sides' sums, the largest gaps first."""
     mine: dict = {}
     for t, k, kname, _ in ours:
         key = conv_key(shapes[k], False) if kname.startswith("conv2d") else None

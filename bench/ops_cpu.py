@@ -33,13 +33,9 @@ import sys
 import time
 
 
-from thread_env import threads_from_argv  # noqa: E402  (bench/ is the script's folder)
+from thread_env import threads_unless_imported  # noqa: E402  (bench/ is the script's folder)
 
-# Run as a script: --threads (default 2) sets the variables before numpy loads. Imported
-# (bound_launches, machine_line), an OMP_NUM_THREADS the importer set is kept: setting it
-# here would switch our pool to 2 threads under a script that asked for 1.
-THREADS = threads_from_argv(sys.argv) if __name__ == "__main__" or "OMP_NUM_THREADS" not in os.environ \
-    else int(os.environ["OMP_NUM_THREADS"])
+THREADS = threads_unless_imported(sys.argv, __name__ == "__main__")  # keeps an importer's OMP_NUM_THREADS
 
 import numpy as np  # noqa: E402  (after the thread variables)
 

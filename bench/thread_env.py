@@ -21,3 +21,14 @@ def threads_from_argv(argv: list[str], default: int = 2) -> int:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     return threads
+
+
+def threads_unless_imported(argv: list[str], is_main: bool, default: int = 2) -> int:
+    """`threads_from_argv` for a bench that is also imported by other benches (for its
+    helpers): run as a script, or imported where OMP_NUM_THREADS is not set yet, it reads
+    `argv`; imported under a script that already set OMP_NUM_THREADS, it keeps that value
+    (setting it again would switch our pool to `default` threads under a script that
+    asked for 1)."""
+    if is_main or "OMP_NUM_THREADS" not in os.environ:
+        return threads_from_argv(argv, default)
+    return int(os.environ["OMP_NUM_THREADS"])

@@ -40,7 +40,7 @@ from hidet_framework.schedule.template import Template
 from .common import describe, make_operator, require_tensor
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import column_split
-from .pooling import Window2d, window_origin
+from .pooling import Window2d, output_extent, window_origin
 
 __all__ = ["MAX_POOL_BLOCKED", "max_pool2d_blocked", "CpuMaxPool2dBlocked", "build_max_pool_blocked", "ITEM_PIXELS"]
 
@@ -59,10 +59,9 @@ def max_pool2d_blocked(xb: Tensor, kernel: tuple, stride: tuple, dilation: tuple
     win = Window2d(tuple(kernel), tuple(stride), tuple(dilation), tuple(pads), tuple(out))
     n, cb, h, w, lanes = xb.shape
     for d in range(2):   # the extent window_2d gives in floor or in ceil mode
-        span = (h, w)[d] + win.pads[d] + win.pads[d + 2] - win.dilation[d] * (win.kernel[d] - 1) - 1
-        ceil = -(-span // win.stride[d]) + 1
-        ceil -= int((ceil - 1) * win.stride[d] >= (h, w)[d] + win.pads[d])
-        if span < 0 or win.out[d] not in (span // win.stride[d] + 1, ceil):
+        extents = {output_extent((h, w)[d], win.kernel[d], win.stride[d], win.dilation[d], win.pads[d],
+                                 win.pads[d + 2], ceil_mode) for ceil_mode in (False, True)}
+        if None in extents or win.out[d] not in extents:
             raise ShapeError(f"{MAX_POOL_BLOCKED}: output extent {win.out} does not fit {describe(xb)} "
                              f"with kernel {win.kernel}, stride {win.stride}, dilation {win.dilation}, pads {win.pads}")
     node = tensor_input("xb", xb.dtype, xb.shape)
@@ -121,7 +120,7 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                     if kh_hi - kh_lo == kh:     # every kernel row inside the image: one pass
                         for iw in range(w):
                             for li in range(lanes):
-                                v = lowest          # not max(lowest, x): the simplifier would swap the operands
+                                v = lowest          # max(v, x), v first: a NaN x never wins
                                 for r in static_range(kh):
                                     v = max(v, x[ni, cb, ih0 + r * dh, iw, li])
                                 row[iw * lanes + li] = v

@@ -67,15 +67,26 @@ def window_2d(op: str, x: Tensor, kernel: Any, stride: Any, padding: Any, dilati
     pads = padding_4(op, padding)
     out = []
     for d in range(2):
-        span = x.shape[2 + d] + pads[d] + pads[d + 2] - dilation[d] * (kernel[d] - 1) - 1
-        if span < 0:
+        n = output_extent(x.shape[2 + d], kernel[d], stride[d], dilation[d], pads[d], pads[d + 2], ceil_mode)
+        if n is None:
             raise ShapeError(f"{op}: the window (kernel {kernel}, dilation {dilation}) is larger than the "
                              f"padded input {describe(x)} with pads {pads}")
-        n = (-(-span // stride[d]) if ceil_mode else span // stride[d]) + 1
-        if ceil_mode and (n - 1) * stride[d] >= x.shape[2 + d] + pads[d]:
-            n -= 1
         out.append(n)
     return Window2d(kernel, stride, dilation, pads, tuple(out))
+
+
+def output_extent(size: int, kernel: int, stride: int, dilation: int, pad_lo: int, pad_hi: int,
+                  ceil_mode: bool) -> int | None:
+    """Output positions along one axis of `size` inputs (None when the dilated window is
+    larger than the padded input); in ceil mode a last window that would start in the
+    trailing padding is dropped."""
+    span = size + pad_lo + pad_hi - dilation * (kernel - 1) - 1
+    if span < 0:
+        return None
+    n = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (n - 1) * stride >= size + pad_lo:
+        n -= 1
+    return n
 
 
 def window_origin(w: Window2d, d: int, o: Expr) -> Expr:
