@@ -90,7 +90,15 @@ class LoadedModule(abc.ABC):
 
 
 class DeviceInterface(abc.ABC):
-    """Memory, copies, synchronisation and timing on one device."""
+    """Memory, copies, synchronisation and timing on one device.
+
+    ``view_alignment``: the byte alignment every buffer handed to this backend's kernels
+    must start on. The compiled graph places some buffers inside others (the inputs of a
+    concat written in place, ``runtime/concat_in_place.py``) only at offsets that are
+    multiples of it; the default is the arena's own alignment.
+    """
+
+    view_alignment: int = 256
 
     @abc.abstractmethod
     def empty(self, shape: Sequence[int], dtype: str) -> Any:

@@ -120,7 +120,8 @@ class GroupReport:
 
     :param operators: the operator names, producers first (the anchor in brackets).
     :param status: ``fused`` (one grafted kernel), ``separate`` (fell back: one kernel
-        per operator), or ``single`` (an operator that was not grouped).
+        per operator), ``single`` (an operator that was not grouped), or ``in place``
+        (a concat its inputs' producers write: no launch, ``runtime/concat_in_place.py``).
     :param launches: kernel launches it takes.
     :param scheduled_by: ``auto`` or the anchor template's name.
     :param reason: why a group fell back; for the others, why fusion stopped at their

@@ -60,14 +60,14 @@ _OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _c_div,
         "mod": lambda a, b: a - b * _c_div(a, b)}
 
 
-def _index_values(e: Expr, env: dict) -> Any:
+def index_values(e: Expr, env: dict) -> Any:
     """`e` evaluated on integer arrays bound to its variables; None for anything else."""
     if isinstance(e, Constant):
         return int(e.value) if isinstance(e.value, (int, np.integer)) and not isinstance(e.value, bool) else None
     if isinstance(e, Var):
         return env.get(e)
     if isinstance(e, BinaryOp) and e.op in _OPS:
-        a, b = _index_values(e.a, env), _index_values(e.b, env)
+        a, b = index_values(e.a, env), index_values(e.b, env)
         if a is None or b is None:
             return None
         if e.op in ("div", "mod") and np.any(np.asarray(b) == 0):
@@ -112,7 +112,7 @@ def _is_flat_view(task: Task) -> bool:
         env = dict(zip(axes, (np.asarray(g, np.int64) for g in grids)))
         flat = np.zeros(len(positions), np.int64)
         for index, extent in zip(value.indices, in_shape):
-            got = _index_values(index, env)
+            got = index_values(index, env)
             if got is None:
                 return False
             got = np.broadcast_to(np.asarray(got, np.int64), flat.shape)

@@ -22,8 +22,8 @@ from hidet_framework.fusion.chained_task import ChainedTask
 from hidet_framework.fusion.plan import GroupReport
 from hidet_framework.graph.flow_graph import FlowGraph
 from hidet_framework.runtime.compiled_task import GraphInputError
-from hidet_framework.runtime.memory_plan import ALIGNMENT, BufferLifetime, MemoryPlan, in_place_heirs, \
-    inplace_enabled, plan_memory
+from hidet_framework.runtime.concat_in_place import PlacedConcat, concat_in_place_enabled, place_concats
+from hidet_framework.runtime.memory_plan import ALIGNMENT, MemoryPlan, graph_buffers, plan_memory
 from hidet_framework.fusion.partition_fusion_groups import BOUNDARIES_STAT, GROUP_ATTRIBUTE
 from hidet_framework.runtime.direct_binding import DirectBinding as _DirectBinding, call_sites as _call_sites, \
     device_call_plan as _device_call_plan
@@ -126,7 +126,12 @@ class CompiledGraph:
         self.pass_stats = dict(pass_stats or {})
         by_fingerprint: dict[str, CompiledTaskLike] = {}
         self.tasks: list[CompiledTaskLike] = []
-        for op in graph.nodes:
+        self._placed = place_concats(graph, getattr(device, "view_alignment", ALIGNMENT)) \
+            if concat_in_place_enabled(target) else {}
+        for k, op in enumerate(graph.nodes):
+            if k in self._placed:  # written in place by its inputs' producers: nothing to compile
+                self.tasks.append(PlacedConcat())
+                continue
             key = op.task.fingerprint()
             if key not in by_fingerprint:
                 by_fingerprint[key] = compile_operator(op)
@@ -137,38 +142,13 @@ class CompiledGraph:
 
     # ------------------------------------------------------------------ compile time
     def _plan_memory(self) -> None:
-        """Lifetimes over steps: 0 = copy-in, k + 1 = operator k, n + 1 = copy-out."""
-        graph, end = self.graph, len(self.graph.nodes) + 1
-        last_use: dict[int, int] = {}
-        for k, op in enumerate(graph.nodes):
-            for t in op.inputs:
-                last_use[t.uid] = k + 1
-        read_by_operators = set(last_use)
-        for t in graph.outputs:
-            last_use[t.uid] = end
-        lifetimes: list[BufferLifetime] = []
-        self._slot: dict[int, int] = {}  # tensor uid -> index into lifetimes
-        self._workspace_slots: list[list[int]] = []
-        for t in graph.inputs:
-            if t.uid in read_by_operators:  # inputs only echoed as outputs need no slot
-                self._slot[t.uid] = len(lifetimes)
-                lifetimes.append(BufferLifetime(_nbytes(t), 0, last_use[t.uid], t.name))
-        graph_inputs, taken, self.in_place = {t.uid for t in graph.inputs}, set(), []  # in_place: (op, input, output)
-        for k, (op, task) in enumerate(zip(graph.nodes, self.tasks)):
-            heirs = in_place_heirs(op, task, k + 1, last_use, graph_inputs, taken) if inplace_enabled() else {}
-            for o, t in enumerate(op.outputs):
-                self._slot[t.uid] = len(lifetimes)
-                alias = self._slot[heirs[o].uid] if o in heirs else None
-                lifetimes.append(BufferLifetime(_nbytes(t), k + 1, last_use.get(t.uid, k + 1), t.name, alias))
-            self.in_place += [(op.name, heirs[o].name, op.outputs[o].name) for o in heirs]
-            self._workspace_slots.append(list(range(len(lifetimes), len(lifetimes) + len(task.workspace))))
-            lifetimes += [BufferLifetime(w.nbytes, k + 1, k + 1, f"{op.name}.{w.name}") for w in task.workspace]
+        graph = self.graph
+        buffers = graph_buffers(graph, self.tasks, self._placed)
+        lifetimes, self._slot, self._inside = buffers.lifetimes, buffers.slot, buffers.inside
+        self._workspace_slots, self.in_place = buffers.workspace_slots, list(buffers.in_place)
         self.plan: MemoryPlan = plan_memory(lifetimes, ALIGNMENT)
         self._arena = self.device.empty((max(self.plan.arena_bytes, ALIGNMENT),), "uint8")
-        kinds = ["input"] * sum(1 for t in graph.inputs if t.uid in self._slot)
-        for op, task in zip(graph.nodes, self.tasks):
-            kinds += ["intermediate"] * len(op.outputs) + ["workspace"] * len(task.workspace)
-        totals = {kind: sum(b.nbytes for k, b in zip(kinds, lifetimes) if k == kind)
+        totals = {kind: sum(b.nbytes for k, b in zip(buffers.kinds, lifetimes) if k == kind)
                   for kind in ("input", "intermediate", "workspace")}
         # constants read by operators, and constant graph outputs (a model may return one)
         weights = graph.constants() + [t for t in graph.outputs if t.is_constant()]
@@ -187,9 +167,10 @@ class CompiledGraph:
                 pass
         return self.device.from_numpy(storage)
 
-    def _view(self, slot: int, shape: Sequence[int], dtype: str) -> Any:
-        """The arena's bytes of buffer `slot` as an array of `shape` and `dtype`."""
-        offset, arena = self.plan.offsets[slot], self._arena
+    def _view(self, slot: int, shape: Sequence[int], dtype: str, within: int = 0) -> Any:
+        """The arena's bytes of buffer `slot`, from byte `within` on, as an array of
+        `shape` and `dtype`."""
+        offset, arena = self.plan.offsets[slot] + within, self._arena
         if isinstance(arena, np.ndarray):
             nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
             return arena[offset:offset + nbytes].view(numpy_dtype(dtype)).reshape(tuple(shape))
@@ -203,6 +184,9 @@ class CompiledGraph:
     def _array_of(self, t: Tensor) -> Any:
         if t.is_constant():
             return self._weights[t.uid]
+        if t.uid in self._inside:
+            holder, within = self._inside[t.uid]
+            return self._view(self._slot[holder], t.shape, t.dtype.name, within)
         return self._view(self._slot[t.uid], t.shape, t.dtype.name)
 
     def _bind(self) -> None:
@@ -385,6 +369,10 @@ class CompiledGraph:
             source = getattr(scheduled, "source", "") if scheduled is not None else ""
             group = op.attributes.get(GROUP_ATTRIBUTE)
             boundary = boundaries.get(op.outputs[0].name, "") if op.outputs else ""
+            if isinstance(task, PlacedConcat):
+                rows.append(GroupReport(group.describe() if group is not None else op.name, "in place", 0, "",
+                                        "no launch: its producers write their outputs into its buffer"))
+                continue
             if group is None:
                 rows.append(GroupReport(op.name, "single", launches, source, boundary))
                 continue

@@ -179,23 +179,92 @@ def inplace_enabled() -> bool:
     return os.environ.get(ENV_INPLACE, "1").strip().lower() not in {"0", "false", "no", "off"}
 
 
-def in_place_heirs(op: Any, task: Any, step: int, last_use: dict, graph_inputs: set, taken: set) -> dict:
+def in_place_heirs(op: Any, task: Any, step: int, last_use: dict, graph_inputs: set, taken: set,
+                   pinned: frozenset = frozenset()) -> dict:
     """Output index -> the input tensor whose buffer it takes, for the pairs the task
     proved safe in place (``ScheduledTask.output_aliases``, fusion/inplace.py) where the
     graph allows it too: the input is an intermediate (never a graph input or a
     constant), read last by this operator (not a graph output, nothing reads it later),
     passed to it once, not already handed on (`taken`: uids, updated here), and of the
-    output's dtype and shape."""
+    output's dtype and shape. Outputs in `pinned` (uids: placed inside another buffer)
+    take no input's bytes."""
     scheduled = getattr(task, "scheduled", None)
     heirs: dict[int, Any] = {}
     for o, i in getattr(scheduled, "output_aliases", ()) or ():
         if not (0 <= o < len(op.outputs) and 0 <= i < len(op.inputs)):
             continue
         t, y = op.inputs[i], op.outputs[o]
-        if t.is_constant() or t.uid in graph_inputs or t.uid in taken or last_use.get(t.uid) != step \
-                or sum(1 for x in op.inputs if x.uid == t.uid) != 1 \
+        if y.uid in pinned or t.is_constant() or t.uid in graph_inputs or t.uid in taken \
+                or last_use.get(t.uid) != step or sum(1 for x in op.inputs if x.uid == t.uid) != 1 \
                 or t.dtype is not y.dtype or tuple(t.shape) != tuple(y.shape) or o in heirs:
             continue
         heirs[o] = t
         taken.add(t.uid)
     return heirs
+
+
+@attrs.frozen
+class GraphBuffers:
+    """The buffers of a compiled graph, before placement.
+
+    :param lifetimes: the BufferLifetimes to plan (`plan_memory`).
+    :param kinds: per lifetime, ``input``, ``intermediate`` or ``workspace``.
+    :param slot: tensor uid -> its lifetime's index, for tensors with a buffer of their own.
+    :param inside: tensor uid -> (uid of the tensor whose buffer holds it, byte offset):
+        the inputs of a concat written in place (``concat_in_place.py``).
+    :param workspace_slots: per operator, its workspaces' lifetime indices.
+    :param in_place: (operator, input, output) names of the outputs written in place of an input.
+    """
+
+    lifetimes: tuple
+    kinds: tuple
+    slot: dict
+    inside: dict
+    workspace_slots: tuple
+    in_place: tuple
+
+
+def graph_buffers(graph: Any, tasks: Sequence[Any], placed: dict) -> GraphBuffers:
+    """Lifetimes over steps: 0 = copy-in, k + 1 = operator k, n + 1 = copy-out.
+    `placed`: operator index -> [(input uid, byte offset)] of the concats written in
+    place: their inputs live inside their output, whose buffer is born with the first
+    of them and dies with the last reader of any of them."""
+    end = len(graph.nodes) + 1
+    last_use: dict[int, int] = {}
+    for k, op in enumerate(graph.nodes):
+        for t in op.inputs:
+            last_use[t.uid] = k + 1
+    read_by_operators = set(last_use)
+    for t in graph.outputs:
+        last_use[t.uid] = end
+    inside = {uid: (graph.nodes[k].outputs[0].uid, offset) for k, parts in placed.items() for uid, offset in parts}
+    born = {t.uid: k + 1 for k, op in enumerate(graph.nodes) for t in op.outputs}
+    for k, parts in placed.items():
+        y = graph.nodes[k].outputs[0].uid
+        last_use[y] = max([last_use.get(y, k + 1)] + [last_use[uid] for uid, _ in parts])
+        born[y] = min(born[uid] for uid, _ in parts)
+    lifetimes: list[BufferLifetime] = []
+    kinds: list[str] = []
+    slot: dict[int, int] = {}
+
+    def add(nbytes: int, first: int, last: int, name: str, kind: str, alias: int | None = None) -> int:
+        lifetimes.append(BufferLifetime(nbytes, first, last, name, alias))
+        kinds.append(kind)
+        return len(lifetimes) - 1
+
+    for t in graph.inputs:
+        if t.uid in read_by_operators:  # inputs only echoed as outputs need no slot
+            slot[t.uid] = add(t.size * t.dtype.nbytes, 0, last_use[t.uid], t.name, "input")
+    graph_inputs, taken, in_place, workspace_slots = {t.uid for t in graph.inputs}, set(inside), [], []
+    pinned = frozenset(inside)
+    for k, (op, task) in enumerate(zip(graph.nodes, tasks)):
+        heirs = in_place_heirs(op, task, k + 1, last_use, graph_inputs, taken, pinned) if inplace_enabled() else {}
+        for o, t in enumerate(op.outputs):
+            if t.uid not in inside:
+                alias = slot[heirs[o].uid] if o in heirs else None
+                slot[t.uid] = add(t.size * t.dtype.nbytes, born[t.uid], last_use.get(t.uid, k + 1), t.name,
+                                  "intermediate", alias)
+        in_place += [(op.name, heirs[o].name, op.outputs[o].name) for o in heirs]
+        workspace_slots.append(tuple(add(w.nbytes, k + 1, k + 1, f"{op.name}.{w.name}", "workspace")
+                                     for w in task.workspace))
+    return GraphBuffers(tuple(lifetimes), tuple(kinds), slot, inside, tuple(workspace_slots), tuple(in_place))

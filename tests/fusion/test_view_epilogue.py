@@ -15,7 +15,7 @@ import hidet_framework as hf
 from hidet_framework.compute import Task, compute, tensor_input
 from hidet_framework.fusion import GROUP_ATTRIBUTE
 from hidet_framework.fusion.plan import ANCHOR_ATTRIBUTE
-from hidet_framework.fusion.view_epilogue import ENV_VIEW_EPILOGUE, _index_values, _regroup, is_flat_view, view_tail
+from hidet_framework.fusion.view_epilogue import ENV_VIEW_EPILOGUE, index_values, _regroup, is_flat_view, view_tail
 from hidet_framework.ir.expr import var
 
 TARGETS = ["evaluator", "cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -155,7 +155,7 @@ def test_which_tasks_are_views(fx):
 def test_regrouped_indices_address_the_same_element(old, new):
     axes = [var(f"i{d}", "int32") for d in range(len(old))]
     grids = np.indices(old).reshape(len(old), -1)
-    got = [_index_values(e, dict(zip(axes, grids))) for e in _regroup(tuple(axes), list(old), list(new))]
+    got = [index_values(e, dict(zip(axes, grids))) for e in _regroup(tuple(axes), list(old), list(new))]
     got = [np.broadcast_to(np.asarray(g), grids.shape[1:]) for g in got]
     flat_old = np.ravel_multi_index(tuple(grids), old)
     np.testing.assert_array_equal(np.ravel_multi_index(tuple(got), new), flat_old)

@@ -28,7 +28,12 @@ def aligned_empty(shape: Sequence[int], dtype: str | np.dtype, alignment: int = 
 
 class CpuDevice(DeviceInterface):
     """Host memory and timers. Arrays are 64-byte aligned, C-contiguous numpy arrays;
-    ``dtype`` names follow :mod:`hidet_framework.backend.signature` (bfloat16 as uint16)."""
+    ``dtype`` names follow :mod:`hidet_framework.backend.signature` (bfloat16 as uint16).
+    Kernels access vectors through element-aligned pointers (codegen.py), so a buffer may
+    start on any element; views start on a cache line, so no run of a joined buffer
+    begins with a split line."""
+
+    view_alignment = ALIGNMENT
 
     def empty(self, shape: Sequence[int], dtype: str) -> np.ndarray:
         return aligned_empty(shape, dtype)
