@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from hidet_framework.analysis.evaluator_values import (
-    _BINARY, Buffer, EvaluationError, PointerValue, SliceValue, _Break, _Continue, _Return, _scalar,
-    scalar_of, typed_converter as _typed,
+    _BINARY, Buffer, EvaluationError, PointerValue, SliceValue, _Break, _c_div, _c_mod, _Continue,
+    _Return, _scalar, scalar_of, typed_converter as _typed,
 )
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import (
@@ -134,10 +134,19 @@ def _binary(e: BinaryOp) -> Run:
     return run
 
 
+def _index_div(a: Any, b: Any) -> Any:  # _c_div, with non-negative ints (indices) first
+    return a // b if type(a) is int and type(b) is int and a >= 0 and b > 0 else _c_div(a, b)
+
+
+def _index_mod(a: Any, b: Any) -> Any:  # _c_mod likewise: C's remainder is Python's there
+    return a % b if type(a) is int and type(b) is int and a >= 0 and b > 0 else _c_mod(a, b)
+
+
 def _signed_binary(fn: Callable, fa: Run, fb: Run, sign: int, bits: int) -> Run:
     """A binary op of a signed int type (indices: most of the nodes evaluated) with the
     wrap of ``scalar_of`` written out, and a constant right operand not called."""
     mask, half, full = (1 << bits) - 1, 1 << (bits - 1), 1 << bits
+    fn = {_c_div: _index_div, _c_mod: _index_mod}.get(fn, fn)
     b = getattr(fb, "constant", _MISSING)
     if b is _MISSING:
         def run(ev: Evaluator) -> Any:
@@ -377,11 +386,7 @@ def _raise(kind: type) -> Callable[[Any], Run]:
 
 
 def _evaluate(s: EvaluateStmt) -> Run:
-    fe = closure(s.expr)
-
-    def run(ev: Evaluator) -> None:
-        fe(ev)
-    return run
+    return closure(s.expr)  # its value is dropped by the caller (a statement returns None)
 
 
 _BUILDERS: dict[type, Callable[[Any], Run]] = {
