@@ -1,8 +1,10 @@
 """An IR evaluator: the reference semantics of the IR, in pure Python.
 
-It runs small programs directly from the tree, so lowering passes can be
-property-tested without a C compiler: a pass is right when the evaluated result is the
-same before and after it. It is slow by design and meant for small sizes.
+It runs small programs, so lowering passes can be property-tested without a C compiler:
+a pass is right when the evaluated result is the same before and after it. Slow by
+design, for small sizes. The ``visit_<Node>`` methods define the semantics (a tree
+walker); evaluation runs each node as a closure built once from them
+(``evaluator_closures``, tested bit for bit against the walker).
 
 Semantics fixed here (and followed by the C-style backends): integer division and
 modulo truncate toward zero like C; integer results wrap to their type's width;
@@ -21,7 +23,7 @@ import numpy as np
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import (
     Address, BinaryOp, Call, Cast, Constant, Dereference, Expr, IfThenElse, TensorElement,
-    TensorSlice, UnaryOp, Var, const, convert,
+    TensorSlice, UnaryOp, Var, const,
 )
 from hidet_framework.ir.func import Function, IRModule
 from hidet_framework.ir.functors import _Dispatch
@@ -32,125 +34,12 @@ from hidet_framework.ir.stmt import (
 )
 from hidet_framework.ir.type_infer import infer_type
 from hidet_framework.ir.types import PointerType, TensorType
+from hidet_framework.analysis.evaluator_closures import closure
+from hidet_framework.analysis.evaluator_values import (  # noqa: F401 (re-exported)
+    _BINARY, Buffer, EvaluationError, PointerValue, SliceValue, _Break, _c_div, _c_mod,
+    _CONSTANTS, _CONSTANTS_LIMIT, _Continue, _Return, _scalar, _wrap_int,
+)
 from hidet_framework.mapping.layout import layout_of
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-class EvaluationError(RuntimeError):
-    pass
-
-
-class _Break(Exception):
-    pass
-
-
-class _Continue(Exception):
-    pass
-
-
-class _Return(Exception):
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class Buffer:
-    """A tensor value: a flat numpy array read through a tensor type's layout."""
-
-    def __init__(self, flat: np.ndarray, ttype: TensorType | None) -> None:
-        self.flat = flat
-        self.ttype = ttype
-
-    def offset(self, ev: "Evaluator", indices: list[int]) -> int:
-        if self.ttype is None:  # a pointer: one flat index
-            if len(indices) != 1:
-                raise EvaluationError(f"a pointer takes one index, got {len(indices)}")
-            return indices[0]
-        if len(indices) == 1 and self.ttype.rank != 1:
-            return indices[0]  # a flattened access: the element offset (lowering/flatten_tensor_index)
-        layout = layout_of(self.ttype)
-        layout._check_rank(indices)
-        out = layout._offset(tuple(indices))  # what layout(*indices) folds: an int for int shapes
-        if type(out) is int and _INT64_MIN <= out <= _INT64_MAX:
-            return out  # = evaluating convert(out): an int32 or int64 constant holding it unchanged
-        return int(ev.eval_expr(convert(out)))
-
-
-class PointerValue(Buffer):
-    """A pointer into a buffer at an element offset."""
-
-    def __init__(self, target: Buffer, base: int) -> None:
-        super().__init__(target.flat, None)
-        self.base = base
-
-    def offset(self, ev: "Evaluator", indices: list[int]) -> int:
-        return self.base + super().offset(ev, indices)
-
-
-class SliceValue:
-    """A tensor slice: fixed dimensions and start offsets over a base tensor value."""
-
-    def __init__(self, base: Any, fixed: list, starts: list) -> None:
-        self.base, self.fixed, self.starts = base, fixed, starts
-
-    def full_indices(self, indices: list[int]) -> list[int]:
-        it = iter(indices)
-        return [f if f is not None else next(it) + s for f, s in zip(self.fixed, self.starts)]
-
-
-def _wrap_int(value: int, dtype: DataType) -> int:
-    if dtype.kind == "bool":
-        return bool(value)
-    bits = dtype.bits
-    value &= (1 << bits) - 1
-    if dtype.kind == "int" and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
-# Constant node -> its value (nodes are immutable and hash by identity; an entry keeps
-# its node alive, so an id is never reused while cached; cleared when full).
-_CONSTANTS: dict = {}
-_CONSTANTS_LIMIT = 1 << 16
-_FLOAT_SCALARS: dict[str, Callable[[Any], Any]] = {}  # float dtype name -> numpy scalar type (bfloat16: float32)
-
-
-def _scalar(value: Any, dtype: DataType) -> Any:
-    kind = dtype.kind
-    if kind == "float":
-        make = _FLOAT_SCALARS.get(dtype.name)
-        if make is None:
-            make = _FLOAT_SCALARS[dtype.name] = np.dtype("float32" if dtype.name == "bfloat16" else dtype.name).type
-        return make(value)
-    if kind == "bool":
-        return bool(value)
-    return _wrap_int(int(value), dtype)
-
-
-def _c_div(a: Any, b: Any) -> Any:
-    if isinstance(a, (int, bool)) and isinstance(b, (int, bool)):
-        if b == 0:
-            raise EvaluationError("integer division by zero")
-        q = abs(a) // abs(b)
-        return q if (a >= 0) == (b >= 0) else -q
-    return a / b
-
-
-def _c_mod(a: Any, b: Any) -> Any:
-    if isinstance(a, (int, bool)) and isinstance(b, (int, bool)):
-        return a - _c_div(a, b) * b
-    return np.fmod(a, b)
-
-
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _c_div, "mod": _c_mod, "min": min, "max": max,
-    "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
-    "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
-}
 
 
 class Evaluator(_Dispatch):
@@ -190,8 +79,7 @@ class Evaluator(_Dispatch):
 
     # --------------------------------------------------------------- statements
     def exec_stmt(self, s: Any) -> None:
-        if s is not None:
-            self.visit(s)
+        closure(s)(self)
 
     def visit_SeqStmt(self, s: SeqStmt) -> None:
         for st in s.stmts:
@@ -289,8 +177,8 @@ class Evaluator(_Dispatch):
         value = self.eval_expr(e)
         return _scalar(value, t) if isinstance(t, DataType) else value
 
-    # the evaluator's hottest call: the dispatch itself, not a method that calls it
-    eval_expr = _Dispatch.visit
+    def eval_expr(self, e: Expr) -> Any:
+        return closure(e)(self)
 
     def visit_Constant(self, e: Constant) -> Any:
         value = _CONSTANTS.get(e)
@@ -386,6 +274,17 @@ def _as_expr(x: Any) -> Expr:
     return x if isinstance(x, Expr) else const(int(x))
 
 
+class TreeWalkingEvaluator(Evaluator):
+    """Every node through its ``visit_<Node>`` method at each evaluation, no closures: the
+    reference the closures are tested against, and cheaper for an expression seen once."""
+
+    eval_expr = _Dispatch.visit
+
+    def exec_stmt(self, s: Any) -> None:
+        if s is not None:
+            self.visit(s)
+
+
 def evaluate_function(fn: Function, *args: Any, module: IRModule | None = None,
                       primitives: Mapping[str, Callable] | None = None) -> Any:
     """Run `fn` on numpy arrays / Python scalars; tensors are updated in place."""
@@ -393,7 +292,8 @@ def evaluate_function(fn: Function, *args: Any, module: IRModule | None = None,
 
 
 def evaluate_expr(e: Expr, env: Mapping[Var, Any] | None = None) -> Any:
-    """The value of an expression with the given variable values."""
-    ev = Evaluator()
+    """The value of an expression with the given variable values (by the tree walker:
+    the simplifier folds each constant expression it meets once)."""
+    ev = TreeWalkingEvaluator()
     ev.env = dict(env or {})
     return ev.eval_expr(e)

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
-from hidet_framework.analysis.evaluator import Buffer, Evaluator, _scalar
+from hidet_framework.analysis.evaluator import Buffer, TreeWalkingEvaluator, _scalar
 from hidet_framework.ir import const, var
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.ir.types import tensor_type
@@ -29,7 +29,7 @@ def _by_expression(ev, ttype, indices):
 @pytest.mark.parametrize("layout", [None, row_major(3, 5, 7), column_major(3, 5, 7), dense(3, 5, 7, ranks=[1, 2, 0]),
                                     local(3, 5, 7)], ids=str)
 def test_int_offsets_equal_the_evaluated_expression(layout):
-    ev = Evaluator()
+    ev = TreeWalkingEvaluator()
     ttype = tensor_type("float32", (3, 5, 7), layout)
     buf = Buffer(np.full(105, np.nan, np.float32), ttype)
     seen = set()
@@ -47,7 +47,7 @@ def test_int_offsets_equal_the_evaluated_expression(layout):
 
 
 def test_swizzled_layout_offsets_equal_the_evaluated_expression():
-    ev = Evaluator()
+    ev = TreeWalkingEvaluator()
     ttype = tensor_type("float16", (8, 64), swizzle(row_major(8, 64), vector=8))
     buf = Buffer(np.zeros(512, np.float16), ttype)
     got = [buf.offset(ev, [i, j]) for i in range(8) for j in range(64)]
@@ -56,7 +56,7 @@ def test_swizzled_layout_offsets_equal_the_evaluated_expression():
 
 
 def test_offsets_an_int64_constant_cannot_hold_wrap_as_before():
-    ev = Evaluator()
+    ev = TreeWalkingEvaluator()
     big = 2 ** 40
     ttype = tensor_type("float32", (big, big, 4))  # strides 2**42, 4, 1
     buf = Buffer(np.zeros(1, np.float32), ttype)
@@ -68,7 +68,7 @@ def test_offsets_an_int64_constant_cannot_hold_wrap_as_before():
 
 def test_symbolic_shapes_are_evaluated_with_their_variables():
     n = var("n")
-    ev = Evaluator()
+    ev = TreeWalkingEvaluator()
     ev.env[n] = 7
     ttype = tensor_type("float32", (3, n))
     buf = Buffer(np.zeros(21, np.float32), ttype)
@@ -91,7 +91,7 @@ def test_constant_values_are_remembered_per_node_and_the_memo_is_bounded(monkeyp
 
     monkeypatch.setattr(evaluator, "_CONSTANTS", {})
     monkeypatch.setattr(evaluator, "_CONSTANTS_LIMIT", 3)
-    ev = Evaluator()
+    ev = TreeWalkingEvaluator()  # the memo is the tree walker's; closures hold their constant
     # equal values of different types are different constants: 1 (int8, wrapped), 1.0 (float16), True
     nodes = [const(257, "int8"), const(1.0, "float16"), const(True), const(1, "int64"), const(2.5, "bfloat16"),
              const(-1, "uint8")]

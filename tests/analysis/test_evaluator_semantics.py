@@ -24,6 +24,21 @@ from hidet_framework.ir.stmt import (
 from hidet_framework.ir.func import Function
 from hidet_framework.lang import cast, f32, i32, script
 
+
+
+@pytest.fixture(autouse=True, params=["closures", "tree walker"])
+def evaluator_kind(request, monkeypatch):
+    """Every rule here holds for both ways of evaluating: the closures (what
+    `evaluate_function` and `Evaluator` run) and the tree walker (`evaluate_expr`)."""
+    from hidet_framework.analysis import evaluator
+
+    cls = evaluator.Evaluator if request.param == "closures" else evaluator.TreeWalkingEvaluator
+    monkeypatch.setattr(evaluator, "Evaluator", cls)               # evaluate_function
+    monkeypatch.setattr(evaluator, "TreeWalkingEvaluator", cls)    # evaluate_expr
+    monkeypatch.setitem(globals(), "Evaluator", cls)               # the tests' own evaluators
+    return request.param
+
+
 T = {name: data_type(name) for name in ("int8", "uint8", "int16", "int32", "int64", "uint32", "bool",
                                         "float16", "bfloat16", "float32", "float64")}
 
