@@ -7,9 +7,11 @@ a call that records the address, then run (NaN-poisoned output, float64 referenc
 the test sees every line the kernel asks for. Every line of blocks 1 .. B-1 must be
 asked for exactly once (rows with several column tiles: only the first tile asks),
 none of block 0 and nothing outside the weights; on this machine's ISA and on AVX2
-(16 registers, 8 lanes). Where the weights are read in order (taps innermost: 1x1
-kernels, 7-pixel tiles), with ``order="block"``, or where two blocks do not fit the
-L2, nothing is prefetched.
+(16 registers, 8 lanes). The flat form on channel-blocked x likewise: each tile
+its share of the next block (pixels [p0, p1) of P: lines [p0 * L / P, p1 * L / P)).
+Where the weights are read in order (taps innermost, NCHW 1x1 kernels, 7-pixel
+tiles), with ``order="block"``, where two blocks do not fit the L2, or (flat) where a
+block has fewer lines than the image has tiles, nothing is prefetched.
 """
 from __future__ import annotations
 
@@ -19,13 +21,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
+import hidet_framework as hf
 from hidet_framework.backend.contract import Target
 from hidet_framework.lowering.pipeline import lower
-from hidet_plugin_ops import cpu_conv
+from hidet_plugin_ops import cpu_blocked, cpu_conv
 from hidet_plugin_ops.cpu_conv_plan import LINE_FLOATS, next_block_lines
 from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, conv_space
 
 from .conv_packing import _packed, _task
+from .test_cpu_blocked import block64
 from .test_cpu_conv import conv64
 
 TEMPLATE = CpuDirectConv2d()
@@ -48,24 +52,39 @@ def _target(native, isa, l2_bytes=1 << 20):
     return Target("cpu", native.arch, {**native.properties, "vector_bits": bits, "l2_bytes": l2_bytes})
 
 
-def _source(target, x_shape, w_shape, stride, pads, params=None):
+def _blocked_task(x_shape, w_shape, ob, lanes, y_blocked):
+    """conv2d_packed reading x channel-blocked (rank 5), y blocked or NCHW."""
+    n, c, h, w = x_shape
+    x = hf.symbol((n, -(-c // lanes), h, w, lanes), "float32")
+    packed = cpu_conv.pack_conv_weight(hf.symbol(w_shape, "float32"), ob)
+    y = cpu_conv.conv2d_packed(x, packed, hf.symbol((w_shape[0],), "float32"), w_shape[0], (1, 1), (0,) * 4, (1, 1),
+                               out_lanes=lanes if y_blocked else 0)
+    return y.producer.task, dict(y.producer.attributes), tuple(y.shape)
+
+
+def _source(target, x_shape, w_shape, stride, pads, params=None, blocked=None):
+    """`blocked`: None (NCHW x), or whether y is blocked too (x channel-blocked)."""
     from hidet_plugin_cpu.codegen import generate
 
     ob = cpu_conv.block_width(target, w_shape[0])
-    task, attributes, y_shape = _task(x_shape, w_shape, ob, True, stride, pads, (1, 1))
+    if blocked is None:
+        task, attributes, y_shape = _task(x_shape, w_shape, ob, True, stride, pads, (1, 1))
+    else:
+        task, attributes, y_shape = _blocked_task(x_shape, w_shape, ob, cpu_blocked.blocked_lanes(target), blocked)
     params = params or dict(conv_space(target, 0, ob)[0], form="direct")
     source = generate(lower(TEMPLATE.build(task, attributes, params, target).module, "cpu"), target)
     return source, ob, y_shape
 
 
-def _run_recorded(cpu_backend, rng, isa, x_shape, w_shape, stride, pads):
+def _run_recorded(cpu_backend, rng, isa, x_shape, w_shape, stride, pads, blocked=None):
     """(prefetched line numbers relative to the packed weights, lines per block, blocks)."""
     from hidet_plugin_cpu.build import build_shared_library
 
     native = cpu_backend.detect_target()
     if isa == "native" and int(native.get("vector_bits", 256)) < 512:
         pytest.skip("the native case is the AVX-512 register file")
-    source, ob, y_shape = _source(_target(native, isa), x_shape, w_shape, stride, pads)
+    target = _target(native, isa)
+    source, ob, y_shape = _source(target, x_shape, w_shape, stride, pads, blocked=blocked)
     assert "__builtin_prefetch" in source
     anchor = "#define HIDET_EXPORT __attribute__((visibility(\"default\")))\n"
     assert anchor in source
@@ -79,9 +98,12 @@ def _run_recorded(cpu_backend, rng, isa, x_shape, w_shape, stride, pads):
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     wp = _packed(w, ob)
     y = np.full(y_shape, np.nan, np.float32)
-    lib.conv2d_cpu_direct(*[a.ctypes.data_as(ctypes.c_void_p) for a in (x, wp, b, y)])
+    lanes = cpu_blocked.blocked_lanes(target)
+    xin = x if blocked is None else block64(x, lanes)
+    lib.conv2d_cpu_direct(*[a.ctypes.data_as(ctypes.c_void_p) for a in (xin, wp, b, y)])
     assert not np.isnan(y).any(), "an output element was never written"
     ref = conv64(x, w, b, stride, pads, (1, 1))
+    ref = block64(ref, lanes) if blocked else ref
     assert np.abs(y - ref).max() / np.abs(ref).max() < 1e-5
     base = wp.ctypes.data
     offsets = [lib.hidet_test_seen_at(k) - base for k in range(lib.hidet_test_seen_count())]
@@ -104,6 +126,31 @@ def test_each_line_of_the_next_blocks_prefetched_once(cpu_backend, rng, isa, x_s
     want = Counter({line: x_shape[0] for line in range(block_lines, blocks * block_lines)})  # once per image
     assert seen == want, (f"missing {sorted(set(want) - set(seen))[:8]}, outside {sorted(set(seen) - set(want))[:8]},"
                           f" repeated {[k for k, v in seen.items() if v > want.get(k, 0)][:8]}")
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("x_shape,w_shape,y_blocked", [
+    ((1, 20, 7, 7), (96, 20, 1, 1), True),       # flat tiles across rows, 3 blocks
+    ((2, 37, 9, 11), (70, 37, 1, 1), False),     # two images, ragged last block, NCHW y
+])
+def test_flat_blocked_tiles_prefetch_the_next_block_once(cpu_backend, rng, isa, x_shape, w_shape, y_blocked):
+    lines, block_lines, blocks = _run_recorded(cpu_backend, rng, isa, x_shape, w_shape, (1, 1), (0,) * 4, y_blocked)
+    seen = Counter(lines)
+    want = Counter({line: x_shape[0] for line in range(block_lines, blocks * block_lines)})
+    assert seen == want, (f"missing {sorted(set(want) - set(seen))[:8]}, outside {sorted(set(seen) - set(want))[:8]},"
+                          f" repeated {[k for k, v in seen.items() if v > want.get(k, 0)][:8]}")
+
+
+def test_flat_blocked_no_prefetch_below_a_line_a_tile():
+    # 64 -> 256 at 56x56: a block is 128 lines, the image 224 tiles; 256 -> 64: 512 lines
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "l1d_bytes": 32 << 10, "l2_bytes": 1 << 20})
+    assert "__builtin_prefetch" not in _source(target, (1, 64, 56, 56), (256, 64, 1, 1), (1, 1), (0,) * 4,
+                                               blocked=True)[0]
+    assert "__builtin_prefetch" in _source(target, (1, 256, 56, 56), (64, 256, 1, 1), (1, 1), (0,) * 4,
+                                           blocked=True)[0]
+    block_order = dict(conv_space(target, 0, 32)[0], order="block")    # no next block to fetch
+    assert "__builtin_prefetch" not in _source(target, (1, 256, 56, 56), (64, 256, 1, 1), (1, 1), (0,) * 4,
+                                               block_order, blocked=True)[0]
 
 
 @pytest.mark.parametrize("w_shape,size,params,l2_bytes", [

@@ -47,17 +47,12 @@ pattern the hardware prefetcher does not run ahead of: ResNet-50's 3x3 256@14x14
 2.36 ms with cold weights against 2.03 warm. With ``order="row"`` the rows of one block
 run one after another, so in the first pass each row prefetches its share of the next
 block (`next_block_lines`: ceil(lines / OH), a few lines a channel, only in the first
-column tile of a row; only where two blocks fit the L2). Forms that read the weights
-in order (taps innermost, 1x1, flat) do not: there it measured slower.
-
-Fusion: x and the bias are read through element reads, y written by element stores,
-each element exactly once; the packed weights (a folded constant) are read as vectors.
-
-Channel-blocked activations (`cpu_blocked.py`, made by `rules_blocked.py`): a rank-5 y
-(``out_lanes``) is stored pixel by pixel, a vector's lanes innermost (whole vectors,
-contiguous in the tile and in y); a rank-5 x is read as x[n, c / L, h, w, c % L] (the
-flat form walks channel blocks, then lanes). Both take the direct or flat form, never
-the pointwise one (its pixel vectors are not contiguous in the blocked layout).
+column tile of a row; only where two blocks fit the L2). The flat form on blocked x
+(1x1: its weights are read in order) has the hardware prefetcher's help within a block
+but misses on the first tile of each; its tiles prefetch their share of the next block
+too, a few lines a channel (tile [p0, p1) of P pixels: lines [p0 * L / P, p1 * L / P)), where
+the share is a line or more: 7x7 512 -> 2048 1128 -> 1033 us. Issuing a share at once
+(a burst at the item's start) measured slower than none (1128 -> 1227 us).
 """
 from __future__ import annotations
 
@@ -107,6 +102,10 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
     block_lines = _ceil_div(c * kh * kw * ob, LINE_FLOATS)
     blocks, top, sh = geo.get("blocks", 1), geo.get("top", 0), geo.get("sh", 1)
     fptr = PointerType(float32)
+    # flat blocked tiles: the tile of pixels [iw0, iw0 + width) of P prefetches lines
+    # [iw0 * L / P, (iw0 + width) * L / P) of the next block (L its lines)
+    pixels = geo.get("pf_pixels", 0) if flat and bl else 0
+    per_cf = _ceil_div(_ceil_div(block_lines * width, max(1, pixels)) + 1, c)
 
     @script
     def conv_tile(x: f32[x_shape], wp: f32[wp_shape], tile: f32[width * ob], ni: i32, blk: i32, ih0: i32,
@@ -128,8 +127,19 @@ def _micro_kernel(key: str, vec: Any, lanes: int, nv: int, ob: int, width: int, 
             if in_row:
                 row = iw0 / w
                 col = iw0 % w
+            if pixels > 0:
+                pf_first = iw0 * block_lines / pixels
+                pf_count = 0
+                nxt = cast(address_of(wp[blk, 0, 0, 0, 0]), fptr)
+                if blk + 1 < blocks:
+                    pf_count = (iw0 + width) * block_lines / pixels - pf_first
+                    nxt = cast(address_of(wp[blk + 1, 0, 0, 0, 0]), fptr)
             for cbk in range(_ceil_div(c, bl)):
                 for cl in range(bl if c % bl == 0 else min(bl, c - cbk * bl)):
+                    if pixels > 0:
+                        for k in static_range(per_cf):
+                            if (cbk * bl + cl) * per_cf + k < pf_count:
+                                prefetch_read(address_of(nxt[(pf_first + (cbk * bl + cl) * per_cf + k) * LINE_FLOATS]))
                     for v in static_range(nv):
                         wv[v] = deref(cast(address_of(wp[blk, cbk * bl + cl, 0, 0, v * lanes]), vec_ptr))
                     for j in static_range(width):
@@ -243,6 +253,13 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         owb = int(params["owb"])
         tiles = column_tiles(oh * ow, owb)
         widths = sorted({width for _, width in tiles}, reverse=True)
+        # blocked x, row order: each tile prefetches its share of the next block, where
+        # that is a line or more (not 56x56's 64 -> 256: 128 lines, 224 tiles)
+        lines = _ceil_div(c * ob, LINE_FLOATS)
+        if blocked_in and params.get("order", "row") == "row" and lines >= len(tiles) and \
+                next_block_lines(wp_shape, len(tiles), int(target.get("l2_bytes", 1 << 20))) and \
+                oh * ow * lines < 1 << 31:
+            geo["pf_pixels"] = oh * ow
         # one width dividing W: no tile crosses the end of an image row
         in_row = len(widths) == 1 and ow % widths[0] == 0
         kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
