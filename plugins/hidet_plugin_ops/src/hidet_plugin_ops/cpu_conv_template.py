@@ -50,9 +50,9 @@ block (`next_block_lines`: ceil(lines / OH), a few lines a channel, only in the 
 column tile of a row; only where two blocks fit the L2). The flat form on blocked x
 (1x1: its weights are read in order) has the hardware prefetcher's help within a block
 but misses on the first tile of each; its tiles prefetch their share of the next block
-too, a few lines a channel (tile [p0, p1) of P pixels: lines [p0 * L / P, p1 * L / P)), where
-the share is a line or more: 7x7 512 -> 2048 1128 -> 1033 us. Issuing a share at once
-(a burst at the item's start) measured slower than none (1128 -> 1227 us).
+too, a few lines a channel (tile [p0, p1) of P pixels: lines [p0 * L / P, p1 * L / P)),
+where the share is a line or more: 7x7 512 -> 2048 1117 -> 1060 us. Issuing a share at
+once (a burst at the item's start) measured slower than none (1128 -> 1227 us).
 """
 from __future__ import annotations
 
@@ -265,7 +265,8 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         kernels = [_micro_kernel(f"{name}_flat{width}", vec, lanes, nv, ob, width, ((True,),) * width, geo, x_shape, wp_shape,
                                  True, flat=True, in_row=in_row) for width in widths]
         last = [_micro_kernel(f"{name}_flat{width}_last", vec, lanes, nv_last, ob, width, ((True,),) * width, geo,
-                              x_shape, wp_shape, True, flat=True, in_row=in_row) for width in widths] if narrow else None
+                              x_shape, wp_shape, True, flat=True, in_row=in_row)
+                for width in widths] if narrow else None
         kernel = build_flat(name, x_shape, wp_shape, y_shape, has_bias, params, owb, tiles, kernels, o, last)
         return _scheduled(kernel, name, params, has_bias)
     owb = max(1, min(int(params["owb"]), ow))
