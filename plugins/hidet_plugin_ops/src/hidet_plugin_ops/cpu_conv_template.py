@@ -44,7 +44,7 @@ planning (tiles, channel blocks, the space, the prefetch) is in `cpu_conv_plan.p
 Weight prefetch. In a model the weights are cold (the other layers' weights evicted
 them), and the kernel-column passes read a block's weights kw * ob floats apart, a
 pattern the hardware prefetcher does not run ahead of: ResNet-50's 3x3 256@14x14 took
-2.36 ms with cold weights against 2.03 warm. With ``order="row"`` the rows of one block
+2.31 ms alone with cold weights against 2.03 warm. With ``order="row"`` the rows of one block
 run one after another, so in the first pass each row prefetches its share of the next
 block (`next_block_lines`: ceil(lines / OH), a few lines a channel, only in the first
 column tile of a row; only where two blocks fit the L2). The flat form on blocked x
