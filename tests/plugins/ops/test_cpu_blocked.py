@@ -107,6 +107,8 @@ CONV_CASES = [  # x shape, w shape, stride, pads, dilation, bias, x blocked, y b
     ((1, 32, 29, 31), (16, 32, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, True, False),
     ((1, 19, 9, 9), (29, 19, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True, True, True),     # blocked both ways
     ((1, 11, 12, 10), (9, 11, 3, 3), (2, 2), (1, 0, 2, 1), (1, 1), True, True, False),   # a 3x3 reading blocked
+    ((1, 19, 5, 42), (37, 19, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True, True, True),    # flat tiles inside rows
+    ((1, 19, 5, 42), (37, 19, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, True, False),  # (14 and 6 divide 42)
 ]
 
 
@@ -135,6 +137,25 @@ def test_conv2d_packed_blocked_against_float64(cpu_backend, rng, case, isa, monk
         out = np.full(ref.shape, np.nan, np.float32)
         compiled.run(args, [out])
         _check(out, ref, f"{case} {isa} {params}")
+
+
+@pytest.mark.parametrize("size,in_row", [(56, True), (28, True), (7, False)])
+def test_flat_tiles_inside_rows_read_x_at_constant_offsets(size, in_row):
+    """Where every flat tile lies inside one image row (14-pixel tiles at 56x56 and
+    28x28), the micro-kernel divides the tile's first pixel by W once; tiles across rows
+    (7x7: 13 + 12 + 12 + 12) unravel each pixel."""
+    from hidet_framework.lowering.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    target = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "l1d_bytes": 32 << 10, "l2_bytes": 1 << 20})
+    packed = cpu_conv.pack_conv_weight(hf.symbol((64, 32, 1, 1), "float32"), 32)
+    y = cpu_conv.conv2d_packed(hf.symbol((1, 2, size, size, 16), "float32"), packed, None, 64, (1, 1), (0,) * 4,
+                               (1, 1), out_lanes=16)
+    template = CpuDirectConv2d()
+    module = template.build(y.producer.task, dict(y.producer.attributes), template.space(target, 0)[0], target).module
+    source = generate(lower(module, "cpu"), target)
+    tile = source.split("/* hidet function: conv2d_cpu_direct_flat")[1].split("/* hidet function")[0]
+    assert (tile.count(f"/ {size}") == 1) == in_row, tile.count(f"/ {size}")
 
 
 def test_blocked_shapes_are_refused():
