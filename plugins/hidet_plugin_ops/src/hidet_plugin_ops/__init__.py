@@ -76,3 +76,9 @@ def register_templates(register) -> None:
     from .cpu_max_pool_blocked import CpuMaxPool2dBlocked
 
     register(CpuMaxPool2dBlocked.name, CpuMaxPool2dBlocked())
+    from .cpu_avg_pool_blocked import CpuAvgPool2dBlocked
+
+    register(CpuAvgPool2dBlocked.name, CpuAvgPool2dBlocked())   # avg_pool2d in the blocked layout, the same place
+    from .cpu_concat import CpuConcatRows
+
+    register(CpuConcatRows.name, CpuConcatRows())   # concat a row of the joined axis at a time (long rows)

@@ -128,6 +128,17 @@ def max_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0
     return make_operator("max_pool2d", [x], [node], [out], {**win.attributes(), "ceil_mode": bool(ceil_mode)})[0]
 
 
+def avg_count(win: Window2d, hw: Sequence[int], count_include_pad: bool, h0: Expr, w0: Expr) -> Expr:
+    """The divisor of the window at origin (`h0`, `w0`) over an image of `hw`: its
+    positions inside the padded input (`count_include_pad`) or inside the image only."""
+    def extent(d: int, start: Expr) -> Expr:
+        end = minimum(start + win.kernel[d], const(hw[d] + (win.pads[d + 2] if count_include_pad else 0)))
+        first = start if count_include_pad else maximum(start, const(0))
+        return end - first
+
+    return extent(0, h0) * extent(1, w0)
+
+
 def avg_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
                count_include_pad: bool = True) -> Tensor:
     """Mean over each window. The divisor counts the window's positions inside the
@@ -139,17 +150,11 @@ def avg_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0
     node = tensor_input("x", x.dtype, x.shape)
     hw = x.shape[2:]
 
-    def extent(d: int, start: Expr) -> Expr:
-        end = minimum(start + win.kernel[d], const(hw[d] + (win.pads[d + 2] if count_include_pad else 0)))
-        first = start if count_include_pad else maximum(start, const(0))
-        return end - first
-
     def element(n, c, oh, ow):
         h0, w0 = window_origin(win, 0, oh), window_origin(win, 1, ow)
         total = reduce(win.kernel, lambda kh, kw: read_padded(node, [n, c], h0 + kh, w0 + kw, hw,
                                                              const(0, x.dtype)), "sum")
-        count = extent(0, h0) * extent(1, w0)
-        return total / cast(count, total.acc_dtype)
+        return total / cast(avg_count(win, hw, count_include_pad, h0, w0), total.acc_dtype)
 
     out = compute("y", [x.shape[0], x.shape[1], *win.out], element, dtype=x.dtype)
     attributes = {**win.attributes(), "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad)}
