@@ -182,13 +182,16 @@ def _compile_nvrtc(source: str, name: str, arch: str, options: list[str], out_pa
         opts += [f"-I{d}" for d in cuda_include_dirs()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * log_size
+        # NVRTC writes into the buffers it is given: a bytearray, never a bytes object
+        # (b" " * 1 is CPython's shared one-byte b" ", which an empty log's NUL would
+        # overwrite for the whole process: " ".encode() then gave b"\x00")
+        log = bytearray(log_size)
         nvrtc.nvrtcGetProgramLog(prog, log)
-        log = log.rstrip(b"\0 ").decode(errors="replace")
+        log = bytes(log).rstrip(b"\0 ").decode(errors="replace")
         if err != ok:
             raise compile_error("NVRTC", source, log, arch)
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
+        cubin = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         if err != ok or size == 0:
             raise CudaCompileError(f"NVRTC produced no cubin for {arch} ({err}); log:\n{log}", log=log)
