@@ -118,7 +118,7 @@ def _block_candidates(facts: dict, tiles: list[tuple[int, int]], level: int) -> 
 def default_params(target: Any) -> dict:
     facts = target_facts(target)
     mr, nv = _default_tile(facts)
-    return candidate(facts, mr, nv, "a_in_l1")
+    return candidate(facts, mr, nv, default_order(facts, (mr, nv)))
 
 
 def loads_per_fma(tile: tuple[int, int]) -> float:
@@ -127,15 +127,46 @@ def loads_per_fma(tile: tuple[int, int]) -> float:
     return (mr + nv) / (mr * nv)
 
 
+# The shallowest K block worth keeping a micro-panel in L1 for: each K block costs a
+# micro-kernel call the load (or zeroing) and the store of its mr x nv accumulators,
+# and when K is deeper, a round trip of the partial sums through the workspace; 256
+# k steps keep that under 1% of the call's FMAs (2 / kc memory operations per FMA).
+MIN_KC = 256
+
+
+def goto_order_fits(facts: dict, tile: tuple[int, int]) -> bool:
+    """Whether a B micro-panel (kc x nr) at least MIN_KC deep fits the half of L1 that
+    ``_blocks`` gives the resident panel: the GotoBLAS order ``b_in_l1`` for this tile."""
+    mr, nv = tile
+    return _blocks(facts, mr, nv * facts["lanes"], "b_in_l1", 1.0, 1.0)["kc"] >= MIN_KC
+
+
+def default_order(facts: dict, tile: tuple[int, int]) -> str:
+    """``b_in_l1`` (GotoBLAS: a kc x nr B micro-panel stays in L1, the mc x kc A block
+    in L2, and per vector FMA only 1/nv floats of A stream in from L2) where the B
+    micro-panel can be ``MIN_KC`` deep in half of L1; else ``a_in_l1`` (the A
+    micro-panel stays, B micro-panels stream from L2 at lanes/mr floats per FMA, and
+    since the whole kc x nsub B block must stay in L2, nsub is small and A is packed
+    again for every nsub columns). 16 registers (AVX2, 6 x 16 tile, 32 KB L1): 256 deep,
+    ``b_in_l1``; 32 registers (AVX-512, 14 x 32 tile): 128 deep (192 with a 48 KB L1),
+    ``a_in_l1`` with 288 (432) deep A micro-panels and a tall tile (B streams at
+    16/14 floats per FMA against 8/4 for the 4 x 24 AVX2 tile)."""
+    return "b_in_l1" if goto_order_fits(facts, tile) else "a_in_l1"
+
+
 def _default_tile(facts: dict) -> tuple[int, int]:
-    """From the register file alone: the most accumulators it holds beside the nv B
-    vectors and a broadcast (latency hidden on every FMA pipe), then the fewest loads
-    per FMA. 32 registers (AVX-512): 14 x 2 vectors; 16 (AVX2): 4 x 3 (a 4 x 24 tile:
-    0.89x numpy on a Zen 3 where the 6 x 16 one was 0.7x, issue 15)."""
+    """From the register file and L1: the most accumulators the registers hold beside
+    the nv B vectors and a broadcast (latency hidden on every FMA pipe), then a tile
+    that can run in the GotoBLAS order (``goto_order_fits``), then the fewest loads per
+    FMA. 32 registers (AVX-512): 14 x 2 vectors (no 28-accumulator tile fits the GotoBLAS
+    order: a_in_l1). 16 (AVX2): 6 x 2 in the GotoBLAS order with a 32 KB L1 (4 x 3
+    needs 160-deep panels there; with a 48 KB L1 both fit and 4 x 3 loads less).
+    History: 6 x 2 in the a_in_l1 order was 0.7x numpy on issue 15's Zen 3, 4 x 3 in it
+    0.89x there and 0.80-0.88x on this Zen 4 forced to AVX2 (session 14, docs/perf_notes.md)."""
     tiles = micro_tiles(facts)
     # one vector wide, every FMA needs a broadcast of its own: never the default
     wide = [t for t in tiles if t[1] >= 2] or tiles
-    return min(wide, key=lambda t: (-t[0] * t[1], loads_per_fma(t)))
+    return min(wide, key=lambda t: (-t[0] * t[1], not goto_order_fits(facts, t), loads_per_fma(t)))
 
 
 def cpu_matmul_space(target: Any, level: int) -> list[dict]:

@@ -99,6 +99,15 @@ def _plan_and_vector(plan: Any, attributes: Mapping[str, Any], params: Mapping[s
     return p, lanes, vector_type(float32, lanes) if lanes > 1 else float32
 
 
+def _partial_sums_slot(a_in_l1: bool, m_tiles: int, sub_panels: int, tile: int):
+    """part_of(w, ti, jp): where worker w keeps the partial sums of tile (ti, jp) between
+    K blocks, laid out in the order the micro-kernel calls visit the tiles (the inner
+    loop's tiles adjacent), so the calls walk the workspace as one forward stream."""
+    if a_in_l1:
+        return lambda w, ti, jp: ((w * m_tiles + ti) * sub_panels + jp) * tile
+    return lambda w, ti, jp: ((w * sub_panels + jp) * m_tiles + ti) * tile
+
+
 def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], bpack: int, apack: int,
                cpart: int) -> ScheduledTask:
     """One launch of `kernel` over A, B, C and its three per-worker packing workspaces."""
@@ -131,6 +140,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
+    part_of = _partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bpack_size, workers * cpart_size)
 
@@ -184,7 +194,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                     for inner in range(n_panels if a_in_l1 else n_tiles):
                                         ti = outer if a_in_l1 else inner
                                         jp = inner if a_in_l1 else outer
-                                        part = ((w * m_tiles + ti) * sub_panels + jp) * mr * nr
+                                        part = part_of(w, ti, jp)
                                         a_base = (w * m_tiles + ti) * kc * mr
                                         b_base = ((w * sub_panels + jp) * k + pc) * nr
                                         micro_kernel(apack, bpack, cpart, tile, a_base, b_base, part, kb, kcur)
@@ -262,6 +272,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
+    part_of = _partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bblk_size, workers * cpart_size)
 
@@ -311,7 +322,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                 for inner in range(n_panels if a_in_l1 else n_tiles):
                                     ti = outer if a_in_l1 else inner
                                     jp = inner if a_in_l1 else outer
-                                    part = ((w * m_tiles + ti) * sub_panels + jp) * mr * nr
+                                    part = part_of(w, ti, jp)
                                     a_base = (w * m_tiles + ti) * kc * mr
                                     b_base = (w * sub_panels + jp) * kc * nr
                                     micro_kernel(apack, bblk, cpart, tile, a_base, b_base, part, kb, kcur)

@@ -65,11 +65,16 @@ def test_example_template_source_size_is_bounded_over_shapes(params):
 
 
 def test_default_tile_comes_from_the_register_file():
-    """AVX-512 (32 registers): 14 x 2 vectors; AVX2 (16): 4 x 3 vectors (4 x 24 floats)."""
+    """AVX-512 (32 registers): 14 x 2 vectors, the A micro-panel kept in L1; AVX2 (16):
+    6 x 2 vectors (6 x 16 floats) in the GotoBLAS order, a 256-deep B micro-panel in
+    half of the 32 KB L1; with a 48 KB L1 the 4 x 3 tile fits that order too and loads less."""
     from hidet_plugin_matmul.cpu_space import default_params
 
     tiles = {}
-    for isa, target in _targets().items():
+    targets = _targets()
+    targets["avx2_l1_48k"] = Target("cpu", "x86-64", dict(targets["avx2"].properties, l1d_bytes=48 << 10))
+    for isa, target in targets.items():
         p = default_params(target)
-        tiles[isa] = (p["mr"], p["nr"] // p["lanes"])
-    assert tiles == {"avx512": (14, 2), "avx2": (4, 3)}
+        tiles[isa] = (p["mr"], p["nr"] // p["lanes"], p["order"], p["kc"])
+    assert tiles == {"avx512": (14, 2, "a_in_l1", 288), "avx2": (6, 2, "b_in_l1", 256),
+                     "avx2_l1_48k": (4, 3, "b_in_l1", 256)}

@@ -127,6 +127,36 @@ def test_narrower_vectors_run_on_this_machine(cpu_backend, target, rng):
     _check(cpu_backend, target, (23, 45), (45, 31), params, rng)
 
 
+def _avx2_target(target, monkeypatch):
+    """This machine's target narrowed to AVX2 (256-bit vectors, 16 registers), gcc told
+    -mno-avx512f: the AVX2 code path as an AVX2 machine builds it."""
+    from hidet_plugin_cpu import build
+
+    if target.get("vector_bits", 0) < 256:
+        pytest.skip("this CPU has no 256-bit vectors")
+    monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    return Target(target.kind, target.arch, dict(target.properties, vector_bits=256))
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+def test_goto_order_partial_sums_over_k_blocks(cpu_backend, target, rng, isa, monkeypatch):
+    """The ``b_in_l1`` (GotoBLAS) order, the AVX2 default: partial sums kept between K
+    blocks in the order the calls visit the tiles. Small blocks give several K blocks
+    (ragged last one), row blocks, column sub-blocks and workers, in both B packings;
+    then the AVX2 default itself on prime sizes with three K blocks (521 = 2 x 256 + 9)."""
+    t = _avx2_target(target, monkeypatch) if isa == "avx2" else target
+    default = TEMPLATE.space(t, 0)[0]
+    if isa == "avx2":
+        assert (default["mr"], default["nr"], default["order"], default["kc"]) == (6, 16, "b_in_l1", 256)
+    mr, nr = default["mr"], default["nr"]
+    small = dict(default, order="b_in_l1", kc=32, mc=3 * mr, nsub=2 * nr)
+    _check(cpu_backend, t, (61, 131), (131, 5 * nr + 5), small, rng)
+    _check(cpu_backend, t, (2, 29, 67), (2, 67, 2 * nr - 1), dict(small, split="m"), rng)
+    _check(cpu_backend, t, (3, 29, 67), (67, 3 * nr + 3), dict(small, bpack="block"), rng)
+    if isa == "avx2":
+        _check(cpu_backend, t, (257, 521), (521, 263), default, rng)
+
+
 # ----------------------------------------------------------------------- the space
 
 def _target(**props):
