@@ -27,14 +27,18 @@ def _settle(folder) -> None:
     os.utime(folder, (1_600_000_000, 1_600_000_000))
 
 
+def _two_folders(tmp_path) -> tuple:
+    """Folders a (distribution alpha: alpha_pkg) and b (gamma: gamma_pkg), settled."""
+    folders = tmp_path / "a", tmp_path / "b"
+    for folder, (name, top) in zip(folders, (("alpha", "alpha_pkg"), ("gamma", "gamma_pkg"))):
+        folder.mkdir()
+        _fake_dist(folder, name, top)
+        _settle(folder)
+    return folders
+
+
 def test_the_map_is_importlibs_read_once_and_read_again_when_the_path_changes(tmp_path, monkeypatch):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    _fake_dist(a, "alpha", "alpha_pkg")
-    _fake_dist(b, "gamma", "gamma_pkg")
-    _settle(a)
-    _settle(b)
+    a, b = _two_folders(tmp_path)
     monkeypatch.setattr(sys, "path", [str(a)])
     monkeypatch.setattr(manager, "_PACKAGES", [None, None])
     real, calls = importlib.metadata.packages_distributions, []
@@ -63,13 +67,7 @@ def test_the_map_is_importlibs_read_once_and_read_again_when_the_path_changes(tm
 
 
 def test_the_working_directory_counts_for_an_empty_path_entry(tmp_path, monkeypatch):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    _fake_dist(a, "alpha", "alpha_pkg")
-    _fake_dist(b, "gamma", "gamma_pkg")
-    _settle(a)
-    _settle(b)
+    a, b = _two_folders(tmp_path)
     monkeypatch.setattr(sys, "path", [""])
     monkeypatch.setattr(manager, "_PACKAGES", [None, None])
     monkeypatch.chdir(a)
