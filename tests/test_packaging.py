@@ -35,8 +35,9 @@ def _copy_distribution(relative: str, into: str) -> str:
     return target
 
 
-def _venv(path: str) -> str:
-    subprocess.run([sys.executable, "-m", "venv", path], check=True, timeout=300)
+def _venv(path: str, *, with_pip: bool = True) -> str:
+    subprocess.run([sys.executable, "-m", "venv", *(() if with_pip else ("--without-pip",)), path], check=True,
+                   timeout=300)
     return os.path.join(path, "bin", "python")
 
 
@@ -58,9 +59,11 @@ def test_every_distribution_builds_a_wheel_and_two_install_fresh(tmp_path):
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     names = sorted(os.listdir(wheels))
     assert len(names) == len(DISTRIBUTIONS), names
-    user = _venv(str(tmp_path / "user-venv"))
+    # the user's env gets no pip of its own (ensurepip: ~4 CPU-s): the builder's pip installs into it
+    # (`pip --python`: pip runs under that interpreter, as the env's own pip would)
+    user = _venv(str(tmp_path / "user-venv"), with_pip=False)
     pick = [str(wheels / n) for n in names if n.startswith(("hidet_framework-", "hidet_plugin_ops-"))]
-    installed = _pip(user, "install", *pick)
+    installed = _pip(builder, "--python", user, "install", *pick)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     probe = subprocess.run([user, "-c", "import hidet_framework as hf; print(hf.ops.relu.__module__)"],
                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))

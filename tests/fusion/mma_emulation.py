@@ -1,8 +1,9 @@
 """Run a float16 CUDA attention kernel of the tensor-core forms (cuda_attention_mma.py,
 cuda_attention_split.py) on the CPU: the generated source becomes C++ in which each
-thread of a block is a std::thread (std::barrier for __syncthreads), and the warp-wide
-instructions meet at a per-warp barrier, exchange their lanes' operands through a
-per-warp buffer, and each lane takes its part as the PTX ISA defines the fragments:
+thread of a block is a fiber (tests/emulation_fibers.h: one OS thread, a barrier parks
+a fiber, a fixed order resumes them), and the warp-wide instructions meet at a per-warp
+barrier, exchange their lanes' operands through a per-warp buffer, and each lane takes
+its part as the PTX ISA defines the fragments:
 
 - ldmatrix .m8n8.x4 (.trans): lane l gives the row address of matrix l / 8, row l % 8;
   lane l gets, of each matrix j, row l / 4, columns 2 (l % 4) and + 1 (transposed:
@@ -16,9 +17,11 @@ per-warp buffer, and each lane takes its part as the PTX ISA defines the fragmen
 
 What it checks: the kernel's indexing, fragment bookkeeping, guards, the online softmax
 and the split form's merge, on the CPU, and that no block writes past its dynamic shared
-memory (a 4 KiB guard after it). What it cannot: timing, the hardware's
-summation order. Needs g++ with C++20 (<barrier>) and _Float16. Slow (a thread a lane,
-two barriers a warp instruction): small cases."""
+memory (a 4 KiB guard after it). Blocks run one after the other, their threads in
+ascending order in even blocks and descending in odd ones (a thread runs until a barrier
+holds it), so a read that misses a barrier meets the NaN-poisoned shared memory.
+What it cannot: timing, the hardware's summation order. Needs g++ with C++20, <ucontext.h>
+and _Float16. Slow (two barriers a warp instruction): small cases."""
 from __future__ import annotations
 
 import os
@@ -28,26 +31,24 @@ import subprocess
 import numpy as np
 
 PRELUDE = r'''
-#include <barrier>
+#include "emulation_fibers.h"
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <thread>
 #include <vector>
 typedef _Float16 __half;
 static __half __float2half_rn(float x) { return (__half)x; }
 static float __half2float(__half h) { return (float)h; }
 struct U3 { int x, y, z; };
-thread_local U3 threadIdx, blockIdx;
+static U3 threadIdx, blockIdx;  // per thread: set when its fiber is resumed
 template <typename T> T hidet_min(T a, T b) { return b < a ? b : a; }
 template <typename T> T hidet_max(T a, T b) { return a < b ? b : a; }
-struct Warp { std::barrier<> bar{32}; const void* ptr[32]; uint32_t r[32][8]; float f[32][4]; };
-thread_local unsigned char* hidet_dyn_smem;
-thread_local std::barrier<>* hf_block_bar;
-thread_local Warp* hf_warp;
+struct Warp { HfBar bar{32}; const void* ptr[32]; uint32_t r[32][8]; float f[32][4]; };
+static unsigned char* hidet_dyn_smem;
+static HfBar* hf_block_bar;
+static Warp* hf_warp;
 static int hf_lane() { return threadIdx.x % 32; }
 static void hf_sync() { hf_block_bar->arrive_and_wait(); }
 static unsigned __cvta_generic_to_shared(const void* p) { return (unsigned)((const unsigned char*)p - hidet_dyn_smem); }
@@ -91,15 +92,12 @@ static void hf_cvt(unsigned* d, float hi, float lo) { __half h = (__half)hi, q =
 template <typename T> T __shfl_xor_sync(unsigned, T v, int m, int) {
   int l = hf_lane(); Warp* w = hf_warp; memcpy(w->r[l], &v, sizeof(T)); w->bar.arrive_and_wait();
   T got; memcpy(&got, w->r[l ^ m], sizeof(T)); w->bar.arrive_and_wait(); return got; }
-static void launch(std::function<void()> k, int grid, int threads, int smem) {
+static void launch(const std::function<void()>& k, int grid, int threads, int smem) {
   for (int x = 0; x < grid; ++x) {
-    std::barrier<> bar(threads); std::vector<unsigned char> buf(smem + 4096, 0xFF);  // NaN bits; 4 KiB guard
+    HfBar bar(threads); std::vector<unsigned char> buf(smem + 4096, 0xFF);  // NaN bits; 4 KiB guard
     std::vector<Warp> warps(threads / 32);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] { threadIdx = {t, 0, 0}; blockIdx = {x, 0, 0}; hidet_dyn_smem = buf.data();
-        hf_block_bar = &bar; hf_warp = &warps[t / 32]; k(); });
-    for (auto& th : ts) th.join();
+    hf_run_fibers(threads, x % 2 == 1, [&](int t) { threadIdx = {t, 0, 0}; blockIdx = {x, 0, 0};
+      hidet_dyn_smem = buf.data(); hf_block_bar = &bar; hf_warp = &warps[t / 32]; }, [&](int) { k(); });
     for (int i = smem; i < smem + 4096; ++i)
       if (buf[i] != 0xFF) { fprintf(stderr, "shared memory written past its %d bytes\n", smem); exit(3); }
   }
@@ -119,6 +117,7 @@ SUBS = [  # (pattern, replacement) over the generated source, in order
     (r'asm\("cvt\.rn\.f16x2\.f32 %0, %1, %2;" : "=r"\((.*?)\) : "f"\((.*?)\), "f"\((.*?)\) : \);',
      r'hf_cvt(&\1, \2, \3);'),
 ]
+FIBERS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: emulation_fibers.h
 CTYPES = {np.dtype(np.float16): "__half", np.dtype(np.float32): "float", np.dtype(np.bool_): "bool"}
 
 
@@ -155,6 +154,6 @@ def emulate(scheduled, target, inputs: list, out_shape: tuple, workdir: str) -> 
     cpp, exe = os.path.join(workdir, "k.cpp"), os.path.join(workdir, "k.exe")
     with open(cpp, "w") as f:
         f.write("\n".join(lines))
-    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", cpp, "-o", exe], check=True, capture_output=True)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-I", FIBERS_DIR, cpp, "-o", exe], check=True, capture_output=True)
     subprocess.run([exe], check=True, timeout=600)
     return np.fromfile(os.path.join(workdir, "out.bin"), dtype=np.float16).reshape(out_shape).astype(np.float64)

@@ -1,10 +1,12 @@
 """Run a `matmul.cuda_simt_splitk` candidate's generated CUDA on the CPU: the source is
-turned into C++ where each block's threads are std::threads (std::barrier for
-__syncthreads and the cluster barrier), cp.async is an immediate copy (zero-filled
-past its source size), and a DSMEM load reads the peer block's dynamic shared memory.
+turned into C++ where each block's threads are fibers (tests/emulation_fibers.h: one OS
+thread; barriers for __syncthreads and the cluster barrier park a fiber; a cluster's
+threads in ascending order in even clusters, descending in odd ones), cp.async is an
+immediate copy (zero-filled past its source size), and a DSMEM load reads the peer
+block's dynamic shared memory.
 What it checks: the kernel's indexing, guards, slices, partial stores and the cluster
 reduce, on the CPU; what it cannot: timing, the asynchrony of cp.async, GPU memory
-ordering. Needs g++ with C++20 (<barrier>)."""
+ordering. Needs g++ with C++20 and <ucontext.h>."""
 from __future__ import annotations
 
 import os
@@ -14,42 +16,41 @@ import subprocess
 import numpy as np
 
 PRELUDE = r'''
-#include <barrier>
+#include "emulation_fibers.h"
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
 struct U3 { int x, y, z; };
-thread_local U3 threadIdx, blockIdx;
+static U3 threadIdx, blockIdx;  // per thread: set when its fiber is resumed
 struct float4 { float x, y, z, w; };
 template <typename T> T hidet_min(T a, T b) { return b < a ? b : a; }
 template <typename T> T hidet_max(T a, T b) { return a < b ? b : a; }
-thread_local unsigned char* hidet_dyn_smem;
-thread_local std::barrier<>* hf_block_bar;
-thread_local std::barrier<>* hf_cluster_bar;
-thread_local std::vector<unsigned char*>* hf_cluster_bufs;
+static unsigned char* hidet_dyn_smem;
+static HfBar* hf_block_bar;
+static HfBar* hf_cluster_bar;
+static std::vector<unsigned char*>* hf_cluster_bufs;
 static void hf_sync() { hf_block_bar->arrive_and_wait(); }
 static void hf_cluster_sync() { hf_cluster_bar->arrive_and_wait(); }
 static void hf_cp_zfill(void* dst, const void* src, int size) { memset(dst, 0, 16); memcpy(dst, src, size); }
 static unsigned __cvta_generic_to_shared(const void* p) { return (unsigned)((const unsigned char*)p - hidet_dyn_smem); }
 static void hf_dsmem(float* r0, float* r1, float* r2, float* r3, unsigned off, int rank) {
   const float* p = (const float*)((*hf_cluster_bufs)[rank] + off); *r0 = p[0]; *r1 = p[1]; *r2 = p[2]; *r3 = p[3]; }
-static void launch(std::function<void()> k, U3 grid, int threads, int cluster, int smem) {
+static void launch(const std::function<void()>& k, U3 grid, int threads, int cluster, int smem) {
+  int group = 0;
   for (int z = 0; z < grid.z; ++z) for (int y = 0; y < grid.y; ++y) for (int x0 = 0; x0 < grid.x; x0 += cluster) {
-    std::vector<std::barrier<>*> bars; std::vector<unsigned char*> bufs;
-    for (int q = 0; q < cluster; ++q) { bars.push_back(new std::barrier<>(threads)); bufs.push_back(new unsigned char[smem]); }
-    std::barrier<> cbar(threads * cluster);
-    std::vector<std::thread> ts;
-    for (int q = 0; q < cluster; ++q) for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, q, t] { threadIdx = {t, 0, 0}; blockIdx = {x0 + q, y, z}; hidet_dyn_smem = bufs[q];
-        hf_block_bar = bars[q]; hf_cluster_bar = &cbar; hf_cluster_bufs = &bufs; k(); });
-    for (auto& th : ts) th.join();
+    std::vector<HfBar*> bars; std::vector<unsigned char*> bufs;
+    for (int q = 0; q < cluster; ++q) { bars.push_back(new HfBar(threads)); bufs.push_back(new unsigned char[smem]); }
+    HfBar cbar(threads * cluster);
+    hf_run_fibers(threads * cluster, group++ % 2 == 1, [&](int i) { int q = i / threads;
+      threadIdx = {i % threads, 0, 0}; blockIdx = {x0 + q, y, z}; hidet_dyn_smem = bufs[q]; hf_block_bar = bars[q];
+      hf_cluster_bar = &cbar; hf_cluster_bufs = &bufs; }, [&](int) { k(); });
     for (int q = 0; q < cluster; ++q) { delete bars[q]; delete[] bufs[q]; }
   }
 }
 '''
+FIBERS_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 SUBS = [  # (pattern, replacement) over the generated source, in order
     (r'extern "C" __global__[^\n]*?\);\n', ''),  # prototypes
     (r'extern "C" __global__( __cluster_dims__\(\d+, 1, 1\))? __launch_bounds__\(\d+\) void', 'void'),
@@ -108,6 +109,7 @@ def emulate(scheduled, target, a: np.ndarray, b: np.ndarray, out_shape: tuple, w
     cpp, exe = os.path.join(workdir, "k.cpp"), os.path.join(workdir, "k.exe")
     with open(cpp, "w") as f:
         f.write("\n".join(lines))
-    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", cpp, "-o", exe], check=True, capture_output=True)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-I", FIBERS_DIR, cpp, "-o", exe], check=True,
+                   capture_output=True)
     subprocess.run([exe], check=True, timeout=120)
     return np.fromfile(os.path.join(workdir, "c.bin"), dtype=np.float32).reshape(out_shape)
