@@ -191,7 +191,8 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
                             for j in range(lanes):
                                 part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, row, rb * lanes + j)))
                         for r in range(blocks * lanes, extent):
-                            part[tail_lane(r)] = combine(core, part[tail_lane(r)], transform(kind, acc.load(x, adt, row, r)))
+                            part[tail_lane(r)] = combine(core, part[tail_lane(r)],
+                                                         transform(kind, acc.load(x, adt, row, r)))
                         if vector_tree:
                             acc.store_row(y, row_max(address_of(part[0]), lanes), row)
                         else:

@@ -25,7 +25,9 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import vector_type
-from hidet_framework.ir.expr import cast, const, equal, if_then_else, logical_and, logical_or, maximum, not_equal
+from hidet_framework.ir.expr import (
+    cast, const, equal, if_then_else, logical_and, logical_or, maximum, not_equal,
+)
 from hidet_framework.ir.func import Function, module
 from hidet_framework.ir.math_functions import exp, log, rsqrt
 from hidet_framework.ir.types import PointerType, TensorType

@@ -51,11 +51,17 @@ OPS = {  # name -> (builder(x, axis), reference(e, axis))
     "reduce_min": (lambda x, a: hf.ops.reduce_min(x, a), lambda e, a: np.min(e, a)),
     "argmax": (lambda x, a: hf.ops.argmax(x, a), lambda e, a: np.argmax(e, a)),
     "argmin": (lambda x, a: hf.ops.argmin(x, a), lambda e, a: np.argmin(e, a)),
-    "argmax_last": (lambda x, a: hf.ops.argmax(x, a, select_last_index=True), lambda e, a: _arg_last(e, a, "max")),
-    "argmin_last": (lambda x, a: hf.ops.argmin(x, a, select_last_index=True), lambda e, a: _arg_last(e, a, "min")),
-    "softmax": (lambda x, a: hf.ops.softmax(x, a),
-                lambda e, a: np.exp(e - e.max(a, keepdims=True)) / np.exp(e - e.max(a, keepdims=True)).sum(a, keepdims=True)),
+    "argmax_last": (lambda x, a: hf.ops.argmax(x, a, select_last_index=True),
+                    lambda e, a: _arg_last(e, a, "max")),
+    "argmin_last": (lambda x, a: hf.ops.argmin(x, a, select_last_index=True),
+                    lambda e, a: _arg_last(e, a, "min")),
+    "softmax": (lambda x, a: hf.ops.softmax(x, a), lambda e, a: _softmax(e, a)),
 }
+
+
+def _softmax(e, axis):
+    z = np.exp(e - e.max(axis, keepdims=True))
+    return z / z.sum(axis, keepdims=True)
 
 
 def _input(rng, axis, n):

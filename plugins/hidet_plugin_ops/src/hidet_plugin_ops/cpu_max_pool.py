@@ -112,8 +112,9 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
                             buf[(p * rb + ohi - r0) * rw + ml + iw] = x0  # max(-inf, x0), a NaN too
                         for r in static_range(1, kh):
                             for iw in range(w):
-                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(x[ni, cb * pb + p, ohi * sh - top + r * dh, iw],
-                                                                              buf[(p * rb + ohi - r0) * rw + ml + iw])
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(
+                                    x[ni, cb * pb + p, ohi * sh - top + r * dh, iw],
+                                    buf[(p * rb + ohi - r0) * rw + ml + iw])
                     for k in static_range(len(border)):
                         brow, taps = border[k][0], border[k][1]
                         if r0 <= brow < r1:
