@@ -13,8 +13,10 @@ outputs), in two passes over a buffer of rows (as `cpu_avg_pool.py`, which says 
         for each plane, each output row:
             buf[row][left + iw] = max over the kernel rows of x[n, c, ih, iw]
                     (rows whose window lies inside the image: one pass a kernel row,
-                     no check, so x is read row after row as one stream (the taps in
-                     one pass ran a cold 147-wide plane 1.4x slower, in a model pass);
+                     the first two together (a pass that only copied became a memcpy
+                     call a row, 1.2x the kernel's time), no check, so x is read row
+                     after row as one stream (the taps in one pass ran a cold
+                     147-wide plane 1.4x slower, in a model pass);
                      the few border rows, known while building, with their inside taps)
         for each plane, each output row:
             y[n, c, oh, ow] = max over kw of buf[row][ow * sw + kw * dw]
@@ -107,10 +109,14 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
                 r1 = min(oh, r0 + rb)
                 for p in range(min(pb, c - cb * pb)):
                     for ohi in range(max(r0, ta), min(r1, tb)):
-                        for iw in range(w):
-                            x0 = x[ni, cb * pb + p, ohi * sh - top, iw]
-                            buf[(p * rb + ohi - r0) * rw + ml + iw] = x0  # max(-inf, x0), a NaN too
-                        for r in static_range(1, kh):
+                        if kh == 1:
+                            for iw in range(w):
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = x[ni, cb * pb + p, ohi * sh - top, iw]
+                        else:   # the first two kernel rows in one pass (a plain copy became a memcpy call)
+                            for iw in range(w):
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(
+                                    x[ni, cb * pb + p, ohi * sh - top + dh, iw], x[ni, cb * pb + p, ohi * sh - top, iw])
+                        for r in static_range(2, kh):
                             for iw in range(w):
                                 buf[(p * rb + ohi - r0) * rw + ml + iw] = max(
                                     x[ni, cb * pb + p, ohi * sh - top + r * dh, iw],
