@@ -4,7 +4,7 @@
 
 The kernels whose code has a max (ResNet-50's blocked 3x3/2 max pool at 112x112 with 64
 channels, Inception-V3's stem and second max pools, a reduce_max over rows and over
-columns, a softmax, the `maximum` elementwise) are scheduled by this tree's templates
+columns, a softmax, BERT's attention) are scheduled by this tree's templates
 (default candidate) and printed twice: by this tree, and by the tree at ``--base`` (a
 ``git archive`` of the old commit, its sources put first on PYTHONPATH in a child
 process that prints the same kernels). Both sources are built here and their calls
@@ -75,6 +75,8 @@ def _cases(lanes: int) -> dict:
     add("reduce_max rows 2048x1000", hf.ops.reduce_max(hf.symbol((2048, 1000), "float32"), -1))
     add("reduce_max columns 1000x2048", hf.ops.reduce_max(hf.symbol((1000, 2048), "float32"), 0))
     add("softmax rows 12288x128", hf.ops.softmax(hf.symbol((12288, 128), "float32"), -1))
+    q, kt, v = (hf.symbol(s, "float32") for s in ((12, 128, 64), (12, 64, 128), (12, 128, 64)))
+    add("attention 12 heads x 128 x 64 (BERT)", hf.ops.attention(q, kt, v, scale=0.125))
     return out
 
 
