@@ -168,12 +168,11 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
 
     vector_tree = core == "max" and adt is dtypes.float32 and lanes in ROW_LANES
 
-    def tail_lane(r):
-        """The lane a tail element joins: its own for max/min (any order gives the same
-        maximum, and the NaN-keeping max is a longer dependency chain than vmaxps: eight
-        tail elements on lane 0 cost a 1000-wide row 10%), lane 0 for the others (their
-        rounding follows the order)."""
-        return r - blocks * lanes if core in ("max", "min") else 0
+    tail = extent - blocks * lanes
+    # max/min: the tail as one more block of lanes, the lanes past the row given the
+    # identity (a guarded load: masked on AVX-512); element by element on lane 0 it was a
+    # scalar NaN test each (ucomiss, a cmov through a GPR), 10% of a 1000-wide row
+    lane_tail = core in ("max", "min") and tail > 0
 
     @script
     def reduce_rows(x: xt, y: yt):
@@ -190,9 +189,13 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
                         for rb in range(blocks):
                             for j in range(lanes):
                                 part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, row, rb * lanes + j)))
-                        for r in range(blocks * lanes, extent):
-                            part[tail_lane(r)] = combine(core, part[tail_lane(r)],
-                                                         transform(kind, acc.load(x, adt, row, r)))
+                        if lane_tail:
+                            for j in range(lanes):
+                                part[j] = combine(core, part[j], acc.load(x, adt, row, blocks * lanes + j)
+                                                  if j < tail else init_value(core, adt))
+                        else:
+                            for r in range(blocks * lanes, extent):
+                                part[0] = combine(core, part[0], transform(kind, acc.load(x, adt, row, r)))
                         if vector_tree:
                             acc.store_row(y, row_max(address_of(part[0]), lanes), row)
                         else:
