@@ -139,9 +139,20 @@ def _c_mod(a: Any, b: Any) -> Any:
     return np.fmod(a, b)
 
 
+def _max(a: Any, b: Any) -> Any:
+    """The IR's ``max(a, b)``, numpy's ``maximum``: a NaN operand is the result (`a` when
+    both are), a tie (-0.0 and 0.0) gives `b`; the C / CUDA helpers compute the same."""
+    return a if a != a or a > b else b
+
+
+def _min(a: Any, b: Any) -> Any:
+    """The IR's ``min(a, b)``, numpy's ``minimum`` (as `_max`)."""
+    return a if a != a or a < b else b
+
+
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _c_div, "mod": _c_mod, "min": min, "max": max,
+    "div": _c_div, "mod": _c_mod, "min": _min, "max": _max,
     "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
     "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,

@@ -64,7 +64,15 @@ def applicable_templates(task: Task, op_name: str, target: CompileTarget, attrib
     if not target.uses_templates:
         return []
     return [t for t in plugin_host().templates.templates_for(op_name, target.kind)
-            if not hasattr(t, "applies") or t.applies(task, attributes)]
+            if _applies(t, task, attributes, target)]
+
+
+def _applies(template: Any, task: Task, attributes: dict, target: CompileTarget) -> bool:
+    """The template's `applies_on` for the build's target (a Template's default asks
+    `applies`); a template without either (not a Template subclass) applies."""
+    if hasattr(template, "applies_on"):
+        return template.applies_on(task, attributes, target.target)
+    return not hasattr(template, "applies") or template.applies(task, attributes)
 
 
 def tune_request(task: Task, op_name: str, target: CompileTarget, space: int, attributes: dict,

@@ -72,7 +72,8 @@ def _combine(kind: str, acc: Expr, value: Expr) -> Expr:
         return acc + value
     if kind == "prod":
         return acc * value
-    return maximum(acc, value) if kind == "max" else minimum(acc, value)
+    # the value first: the CPU helper tests its first operand for NaN, off the chain
+    return maximum(value, acc) if kind == "max" else minimum(value, acc)
 
 
 class _HoistReductions(ComputeRewriter):

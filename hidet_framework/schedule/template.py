@@ -38,6 +38,12 @@ class Template:
         """Whether this template can schedule `task` (e.g. dtype restrictions)."""
         return True
 
+    def applies_on(self, task: Any, attributes: Mapping[str, Any], target: Target) -> bool:
+        """`applies` for a build for `target` (the driver asks this one): override it where
+        the answer depends on the target's hardware (a vector width), which may not be this
+        machine's (a cross-compile target)."""
+        return self.applies(task, attributes)
+
     def space(self, target: Target, level: int) -> list[dict]:
         """Candidate parameter dicts (JSON-serialisable), the default first; at most
         ``SPACE_LIMITS[level]`` of them."""

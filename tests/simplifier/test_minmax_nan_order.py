@@ -1,9 +1,11 @@
 """Float min/max keep their operand order through the simplifier. The IR's ``max(a, b)``
-is ``b > a ? b : a`` (``min``: ``b < a ? b : a``; the evaluator and both backends agree):
-with a NaN operand it returns `a`, so ``max(-inf, x)`` drops a NaN x while
-``max(x, -inf)`` keeps it. The simplifier once moved the constant to the right as for
-integers (``max(-inf, x)`` printed as ``hidet_max_float32(x, -INFINITY)``). Integer
-min/max still put the constant on the right (the bound rules expect it)."""
+is numpy's ``maximum`` (session 14; ``min``: ``minimum``; the evaluator and both backends
+agree): a NaN operand is the result on either side, and a tie of -0.0 with 0.0 gives `b`,
+so the order still decides the sign of a zero (``max(0.0, x)`` with x = -0.0 is -0.0,
+``max(x, 0.0)`` is 0.0). Before, ``max(a, b)`` was ``b > a ? b : a``, which returned `a`
+on a NaN, and the simplifier once moved the constant to the right as for integers
+(``max(-inf, x)`` printed as ``hidet_max_float32(x, -INFINITY)``). Integer min/max still
+put the constant on the right (the bound rules expect it)."""
 from __future__ import annotations
 
 import math
@@ -34,15 +36,19 @@ def test_float_min_max_keep_operand_order(dtype, op, c):
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
-def test_float_order_decides_nan_and_simplify_keeps_the_value(op):
-    """The value of each form, before and after simplify, with x = NaN (the evaluator
-    binds x): constant first drops the NaN, constant second keeps it."""
+def test_float_order_decides_the_zero_and_simplify_keeps_the_value(op):
+    """The value of each form, before and after simplify (the evaluator binds x): with x =
+    NaN both orders give NaN; with a tie of zeros the second operand comes back."""
     x = var("x", "float32")
     c = const(-INF if op == "max" else INF, "float32")
-    for e, keeps_nan in ((OPS[op](c, x), False), (OPS[op](x, c), True)):
+    zero = const(0.0, "float32")
+    for e in (OPS[op](c, x), OPS[op](x, c)):
         for form in (e, simplify(e)):
-            value = float(evaluate_expr(form, {x: np.float32(np.nan)}))
-            assert math.isnan(value) == keeps_nan, (form, value)
+            assert math.isnan(float(evaluate_expr(form, {x: np.float32(np.nan)}))), form
+    for e, negative in ((OPS[op](zero, x), True), (OPS[op](x, zero), False)):
+        for form in (e, simplify(e)):
+            value = float(evaluate_expr(form, {x: np.float32(-0.0)}))
+            assert value == 0.0 and math.copysign(1.0, value) == (-1.0 if negative else 1.0), (form, value)
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
@@ -64,9 +70,9 @@ def test_what_still_simplifies():
     folded = simplify(maximum(const(-INF, "float32"), const(2.5, "float32")))
     assert_structural_equal(folded, const(2.5, "float32"))
     nan_first = simplify(maximum(const(math.nan, "float32"), const(1.0, "float32")))
-    assert math.isnan(nan_first.value)                      # a returned: NaN
-    nan_second = simplify(maximum(const(1.0, "float32"), const(math.nan, "float32")))
-    assert nan_second.value == 1.0                          # a returned: 1
+    assert math.isnan(nan_first.value)                      # numpy's maximum: NaN
+    nan_second = simplify(minimum(const(1.0, "float32"), const(math.nan, "float32")))
+    assert math.isnan(nan_second.value)                     # on either side
     y = var("y", "float32")
     assert_structural_equal(simplify(const(2.0, "float32") + y), y + const(2.0, "float32"))
     assert_structural_equal(simplify(const(2.0, "float32") * y), y * const(2.0, "float32"))

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import DataType
-from hidet_framework.ir.expr import Expr, cast, const
+from hidet_framework.ir.expr import Expr, cast, const, equal, logical_and, logical_or, not_equal
 from hidet_framework.ir.math_functions import math_primitive
 from hidet_framework.ir.type_infer import infer_type
 
@@ -152,3 +152,20 @@ def input_index(out_index: Sequence[Expr], reduce_index: Sequence[Expr], rank: i
         else:
             idx.append(next(out_iter))
     return tuple(idx)
+
+
+def arg_wins(v: Expr, best: Expr, is_max: bool, last: bool, is_float: bool) -> Expr:
+    """Whether `v`, met after `best` in an argmax (argmin) scan, takes its place: larger
+    (smaller), or equal with `last` (select_last_index). As numpy's argmax, a NaN is the
+    extreme: the first NaN's position (the last one's with `last`) is the result."""
+    wins = (v >= best if last else v > best) if is_max else (v <= best if last else v < best)
+    if not is_float:
+        return wins
+    if last:
+        return logical_or(wins, not_equal(v, v))
+    return logical_or(wins, logical_and(not_equal(v, v), equal(best, best)))
+
+
+def arg_matches(v: Expr, best: Expr, is_float: bool) -> Expr:
+    """`v` is the extreme `best` of its row (argmax's second stage): equal, or both NaN."""
+    return logical_or(equal(v, best), not_equal(v, v)) if is_float else equal(v, best)

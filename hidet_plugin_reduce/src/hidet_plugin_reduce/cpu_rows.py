@@ -33,6 +33,7 @@ from hidet_framework.ir.math_functions import exp, log, sqrt
 from hidet_framework.ir.types import TensorType
 from hidet_framework.lang import address_of, attrs, local_tensor, parallel, script
 
+from .common import arg_wins
 from .row_access import RowAccess
 
 __all__ = ["cpu_space", "RowDeal", "tasks_for", "CORE", "combine", "finish", "init_value", "transform"]
@@ -60,7 +61,9 @@ def combine(core: str, a: Any, b: Any):
         return a + b
     if core == "prod":
         return a * b
-    return maximum(a, b) if core == "max" else minimum(a, b)
+    # the new value first: the C helper's NaN test is on its first operand, off the
+    # accumulator's dependency chain (codegen.py's _min_max_body)
+    return maximum(b, a) if core == "max" else minimum(b, a)
 
 
 def transform(kind: str, v: Any):
@@ -161,6 +164,16 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
     steps = halves(lanes)
     chain = 1 if steps else lanes
 
+    from hidet_plugin_cpu.primitives import ROW_LANES, row_max
+
+    vector_tree = core == "max" and adt is dtypes.float32 and lanes in ROW_LANES
+
+    tail = extent - blocks * lanes
+    # max/min: the tail as one more block of lanes, the lanes past the row given the
+    # identity (a guarded load: masked on AVX-512); element by element on lane 0 it was a
+    # scalar NaN test each (ucomiss, a cmov through a GPR), 10% of a 1000-wide row
+    lane_tail = core in ("max", "min") and tail > 0
+
     @script
     def reduce_rows(x: xt, y: yt):
         attrs.func_kind = "cpu_kernel"
@@ -176,15 +189,23 @@ def reduce_rows_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: 
                         for rb in range(blocks):
                             for j in range(lanes):
                                 part[j] = combine(core, part[j], transform(kind, acc.load(x, adt, row, rb * lanes + j)))
-                        for r in range(blocks * lanes, extent):
-                            part[0] = combine(core, part[0], transform(kind, acc.load(x, adt, row, r)))
-                        for h in steps:
-                            for j in range(h):
-                                part[j] = combine(core, part[j], part[j + h])
-                        total = part[0]
-                        for j in range(1, chain):
-                            total = combine(core, total, part[j])
-                        acc.store_row(y, finish(kind, total, extent), row)
+                        if lane_tail:
+                            for j in range(lanes):
+                                part[j] = combine(core, part[j], acc.load(x, adt, row, blocks * lanes + j)
+                                                  if j < tail else init_value(core, adt))
+                        else:
+                            for r in range(blocks * lanes, extent):
+                                part[0] = combine(core, part[0], transform(kind, acc.load(x, adt, row, r)))
+                        if vector_tree:
+                            acc.store_row(y, row_max(address_of(part[0]), lanes), row)
+                        else:
+                            for h in steps:
+                                for j in range(h):
+                                    part[j] = combine(core, part[j], part[j + h])
+                            total = part[0]
+                            for j in range(1, chain):
+                                total = combine(core, total, part[j])
+                            acc.store_row(y, finish(kind, total, extent), row)
 
     return reduce_rows
 
@@ -249,7 +270,7 @@ def arg_scan_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str
                         pos = 0
                         for r in range(1, extent):
                             v = acc.load(x, adt, o, r, i)
-                            if (v >= best if last else v > best) if is_max else (v <= best if last else v < best):
+                            if arg_wins(v, best, is_max, last, adt.is_float()):
                                 best = v
                                 pos = r
                         acc.store_row(y, cast(pos, dtypes.int64), o, i)
@@ -294,16 +315,16 @@ def softmax_rows_kernel(acc: RowAccess, xt, yt, p: Mapping[str, Any], name: str,
                                 if own_math:  # the row is kept for hidet_exp_sum_f32
                                     v = acc.load(x, f32, row, rb * lanes + j)
                                     ebuf[base + rb * lanes + j] = v
-                                    part[j] = maximum(part[j], v)
+                                    part[j] = maximum(v, part[j])
                                 else:
-                                    part[j] = maximum(part[j], acc.load(x, f32, row, rb * lanes + j))
+                                    part[j] = maximum(acc.load(x, f32, row, rb * lanes + j), part[j])
                         for r in range(blocks * lanes, extent):
                             if own_math:
                                 v = acc.load(x, f32, row, r)
                                 ebuf[base + r] = v
-                                part[0] = maximum(part[0], v)
+                                part[0] = maximum(v, part[0])
                             else:
-                                part[0] = maximum(part[0], acc.load(x, f32, row, r))
+                                part[0] = maximum(acc.load(x, f32, row, r), part[0])
                         if vector_tree:
                             top = row_max(address_of(part[0]), lanes)
                         else:

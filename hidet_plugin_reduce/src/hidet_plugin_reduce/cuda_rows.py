@@ -25,7 +25,9 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import vector_type
-from hidet_framework.ir.expr import cast, const, equal, if_then_else, logical_and, maximum
+from hidet_framework.ir.expr import (
+    cast, const, equal, if_then_else, logical_and, logical_or, maximum, not_equal,
+)
 from hidet_framework.ir.func import Function, module
 from hidet_framework.ir.math_functions import exp, log, rsqrt
 from hidet_framework.ir.types import PointerType, TensorType
@@ -107,7 +109,13 @@ def build_rows_kernel(acc: RowAccess, task: Any, plan: Mapping[str, Any], name: 
         the same value at an earlier (later, with select_last_index) position."""
         tie = (i > besti) if select_last else (i < besti)
         wins = (v > best) if is_max else (v < best)
-        return if_then_else(equal(v, best), tie, wins)
+        plain = if_then_else(equal(v, best), tie, wins)
+        if not adt.is_float():
+            return plain
+        # a NaN is the extreme (numpy's argmax): it beats a number, two NaNs tie
+        nan_v, nan_best = not_equal(v, v), not_equal(best, best)
+        return if_then_else(logical_or(nan_v, nan_best), logical_and(nan_v, logical_or(equal(best, best), tie)),
+                            plain)
 
     @script
     def reduce_rows_cuda(x: xt, scale: st, bias: bt, y: yt):

@@ -15,10 +15,10 @@ from typing import Any, Callable
 from hidet_framework.compute import Task, compute, reduce, tensor_input
 from hidet_framework.graph import Operator, Tensor
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import Expr, cast, const, equal, if_then_else
+from hidet_framework.ir.expr import Expr, cast, const, if_then_else
 
 from .common import (
-    ReduceArgumentError, compute_dtype, describe, input_index, math_call, normalize_axes, normalize_axis,
+    ReduceArgumentError, arg_matches, compute_dtype, describe, input_index, math_call, normalize_axes, normalize_axis,
     reduced_shape, require_tensor, row_form, widen,
 )
 
@@ -131,10 +131,12 @@ def _arg(kind: str, x: Tensor, axis: int, keepdims: bool, select_last_index: boo
     # stage 1: the extreme value; stage 2: the first (or last) position holding it
     best = compute("best", out_shape, lambda *o: reduce([extent], lambda r: at(o, r), kind, acc))
 
-    def position(*o):
+    def position(*o):   # a NaN is the extreme (best is NaN then), as numpy's argmax
+        def match(r):
+            return arg_matches(at(o, r), best[o], acc.is_float())
         if select_last_index:
-            return reduce([extent], lambda r: if_then_else(equal(at(o, r), best[o]), r, const(-1, "int32")), "max", "int32")
-        return reduce([extent], lambda r: if_then_else(equal(at(o, r), best[o]), r, const(extent, "int32")), "min", "int32")
+            return reduce([extent], lambda r: if_then_else(match(r), r, const(-1, "int32")), "max", "int32")
+        return reduce([extent], lambda r: if_then_else(match(r), r, const(extent, "int32")), "min", "int32")
 
     y = compute("y", out_shape, lambda *o: cast(position(*o), dtypes.int64), dtype=dtypes.int64)
     attributes = {"kind": op, "keepdims": keepdims, "select_last_index": bool(select_last_index),

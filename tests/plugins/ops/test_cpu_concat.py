@@ -88,3 +88,26 @@ def test_refused_where_the_auto_kernel_does_as_well(rng):
     va, vb = rng.standard_normal((1, 3, 5, lanes)).astype(np.float32), rng.standard_normal((1, 2, 5, lanes))
     np.testing.assert_array_equal(fn(va, vb.astype(np.float16)),
                                   np.concatenate([va, vb.astype(np.float16).astype(np.float32)], axis=1))
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_the_build_target_decides_not_this_machine(bits):
+    """A last dimension of 16 floats (64 bytes) is one AVX-512 vector but two AVX2 ones: the
+    template applies for a 512-bit target and not for a 256-bit one, whatever this machine
+    is (the driver asks `applies_on` with the build's target; it used to read this
+    machine's, so a cross-compile target's width was ignored)."""
+    from hidet_framework.backend.contract import Target
+    from hidet_framework.driver.scheduling import applicable_templates, schedule
+    from hidet_framework.runtime.compile_target import CompileTarget
+
+    backend = plugin_host().backend_for("cpu")
+    native = backend.detect_target()
+    target = CompileTarget("cpu", backend, Target("cpu", native.arch, {**native.properties, "vector_bits": bits}))
+    xs = [hf.symbol((2, 3, 1, MIN_VECTORS, 16), "float32"), hf.symbol((2, 4, 1, MIN_VECTORS, 16), "float32")]
+    y = hf.ops.concat(xs, axis=1)
+    task, attributes = y.producer.task, dict(y.producer.attributes)
+    chosen = [type(t) for t in applicable_templates(task, "concat", target, attributes)]
+    assert (CpuConcatRows in chosen) == (bits == 512), chosen
+    assert CpuConcatRows().applies_on(task, attributes, target.target) == (bits == 512)
+    if bits == 256:  # nothing else schedules a concat: the auto-scheduler's kernel
+        assert getattr(schedule(task, "concat", target, 0, attributes)[0], "source", "") == "auto"

@@ -102,6 +102,21 @@ static inline void hidet_assert_fail(const char* message) {
 """
 
 
+def _min_max_body(op: str, t: str, c: str) -> str:
+    """The body of the IR's ``min``/``max`` of two `t` (C type `c`) values `a`, `b`: for
+    integers ``return b < a ? b : a;``; for floats numpy's ``minimum``/``maximum``: a NaN
+    operand is the result (`a` when both are) and a tie (-0.0 and 0.0) gives `b`
+    (evaluator_values._min/_max, the CUDA preamble's hidet_min/hidet_max). Spelt ``m = a > b ? a : b`` (vmaxps: `b` on a
+    tie or a NaN) then ``a != a ? a : m``, gcc vectorizes it into vmaxps, an unordered
+    compare of `a` and a blend: three instructions, and where `a` is the new value of a
+    fold (``max(x, acc)``: the kernels write it so) the compare is off the accumulator's
+    dependency chain: ResNet-50's blocked max pool runs as fast as with the plain vmaxps
+    (docs/perf_notes.md, session 14 nanfix)."""
+    if not t.startswith("float"):
+        return f"return b {'<' if op == 'min' else '>'} a ? b : a;"
+    return f"{c} m = a {'<' if op == 'min' else '>'} b ? a : b; return a != a ? a : m;"
+
+
 class CCodegen(CStyleCodegen):
     """C for the cpu target; see the module docstring for the rules."""
 
@@ -137,10 +152,10 @@ class CCodegen(CStyleCodegen):
         # SIMD variants of libm functions (libmvec) this machine has, so loops calling
         # them vectorize; see vector_math.py.
         lines += vector_math.declarations(vector_math.available_vector_functions(COMPILER))
-        for t in _MINMAX_TYPES:  # evaluated once each; `min(a, b)` is `b < a ? b : a` like the IR
+        for t in _MINMAX_TYPES:  # evaluated once each; the IR's min/max (numpy's minimum/maximum)
             c = self.SCALAR_TYPE_NAMES[t]
-            lines += [f"static inline {c} hidet_{op}_{t}({c} a, {c} b) {{ return b {cmp} a ? b : a; }}"
-                      for op, cmp in (("min", "<"), ("max", ">"))]
+            lines += [f"static inline {c} hidet_{op}_{t}({c} a, {c} b) {{ {_min_max_body(op, t, c)} }}"
+                      for op in ("min", "max")]
         if self.outliner.pieces:  # the thread pool's entry (parallel.py)
             lines += DISPATCH.splitlines()
         for name, t in sorted(self.vector_types.items()):

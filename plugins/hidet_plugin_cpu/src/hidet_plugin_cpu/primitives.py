@@ -73,7 +73,7 @@ def _row(op: str, first: Any, lanes: int):
 
 def row_max(first: Any, lanes: int):
     """The max of the `lanes` float32 values from the address `first` (a local array's
-    ``address_of(part[0])``), by the halving tree: ``b > a ? b : a`` per step."""
+    ``address_of(part[0])``), by the halving tree: the IR's max per step (a NaN is kept)."""
     return _row("max", first, lanes)
 
 

@@ -8,8 +8,8 @@ row kernels write out element by element) on GCC vector types, so every step is 
 vector instruction. Written element by element, gcc vectorized only the first step
 and turned the rest into about 60 scalar shuffles and maxss/addss per tree; two such
 trees per 128-float softmax row were a quarter of its time (0.78 -> 0.61 ms for
-12288 rows, one thread, AVX-512). The max keeps ``b > a ? b : a`` per step (what
-vmaxps does, NaN included).
+12288 rows, one thread, AVX-512). The max step is the IR's ``max`` (a NaN is kept, as
+numpy's maximum; session 14).
 
 **exp and sum of a row** ``hidet_exp_sum_f32(e, top, n)``: ``e[j] = hidet_expf(e[j] -
 top)`` in place and their sum (32 lane accumulators, ``hidet_row_sum_f32``, then the
@@ -30,11 +30,13 @@ def _sum_step(vector: str, mask: str, a: str, b: str) -> str:
 
 
 def _max_step(vector: str, mask: str, a: str, b: str) -> str:
-    """``b > a ? b : a`` (vmaxps's choice, NaN included); on vectors as a bitwise select
-    (C has no ``?:`` on vectors)."""
+    """The IR's ``max(a, b)`` (``a != a || a > b ? a : b``: a NaN is kept, as numpy's
+    maximum, codegen.py's hidet_max_float32); on vectors as a bitwise select (C has no
+    ``?:`` on vectors)."""
     if not mask:
-        return f"{b} > {a} ? {b} : {a}"
-    return f"({vector})((({mask}){b} & ({mask})({b} > {a})) | (({mask}){a} & ~({mask})({b} > {a})))"
+        return f"({a} != {a} || {a} > {b}) ? {a} : {b}"
+    take = f"(({mask})({a} != {a}) | ({mask})({a} > {b}))"
+    return f"({vector})((({mask}){a} & {take}) | (({mask}){b} & ~{take}))"
 
 
 def _row_reduction(name: str, step) -> str:

@@ -70,9 +70,10 @@ _PREAMBLE = r"""
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
-/* the IR's min/max: `b < a ? b : a`, each operand evaluated once */
-template <typename T> __device__ __forceinline__ T hidet_min(T a, T b) { return b < a ? b : a; }
-template <typename T> __device__ __forceinline__ T hidet_max(T a, T b) { return a < b ? b : a; }
+/* the IR's min/max, each operand evaluated once: numpy's minimum/maximum (a NaN operand is
+   the result, a when both are; a tie gives b); `a != a` is false for integers */
+template <typename T> __device__ __forceinline__ T hidet_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> __device__ __forceinline__ T hidet_max(T a, T b) { return (a != a || a > b) ? a : b; }
 /* lane-wise arithmetic on the float vector types the IR's float32x2/x4 print as */
 #define HIDET_VEC_OPS(OP) \
   __device__ __forceinline__ float2 operator OP(float2 a, float2 b) { return make_float2(a.x OP b.x, a.y OP b.y); } \

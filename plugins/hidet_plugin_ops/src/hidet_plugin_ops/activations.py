@@ -134,8 +134,8 @@ def leaky_relu(x: Tensor, alpha: float = 0.01) -> Tensor:
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
-    """``max(0, min(1, alpha * x + beta))``; NaN gives NaN (ONNX), hence the value as
-    the first operand (the IR's ``max(a, b)`` returns `a` when either is NaN)."""
+    """``max(0, min(1, alpha * x + beta))``; NaN gives NaN (ONNX), as the IR's ``max`` /
+    ``min`` keep a NaN on either side (numpy's maximum / minimum)."""
     def body(v: Expr) -> Expr:
         return maximum(minimum(_c(alpha, v) * v + _c(beta, v), _c(1.0, v)), _c(0.0, v))
     return _float_function("hard_sigmoid", x, body, {"alpha": float(alpha), "beta": float(beta)})

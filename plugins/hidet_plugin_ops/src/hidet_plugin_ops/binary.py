@@ -38,10 +38,12 @@ def mul(a: Operand, b: Operand) -> Tensor:
 
 
 def maximum(a: Operand, b: Operand) -> Tensor:
+    """numpy's ``maximum``: a NaN on either side is the result; -0.0 against 0.0 gives `b`."""
     return _arith("maximum", a, b, max_)
 
 
 def minimum(a: Operand, b: Operand) -> Tensor:
+    """numpy's ``minimum``: a NaN on either side is the result; -0.0 against 0.0 gives `b`."""
     return _arith("minimum", a, b, min_)
 
 

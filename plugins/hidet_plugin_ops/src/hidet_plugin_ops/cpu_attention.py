@@ -276,11 +276,11 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                                     for j in range(lanes):
                                         z = logit(sr[t * n + jb * lanes + j], mk, b, i, jb * lanes + j)
                                         sr[t * n + jb * lanes + j] = z
-                                        part[j] = maximum(part[j], z)
+                                        part[j] = maximum(z, part[j])   # the new value first (NaN test off the chain)
                                 for jj in range(n % lanes):
                                     z = logit(sr[t * n + n - n % lanes + jj], mk, b, i, n - n % lanes + jj)
                                     sr[t * n + n - n % lanes + jj] = z
-                                    part[0] = maximum(part[0], z)
+                                    part[0] = maximum(z, part[0])
                                 if own_math:
                                     top = row_max(address_of(part[0]), lanes)
                                     total = exp_sum(address_of(sr[t * n]), top, n)
@@ -312,7 +312,7 @@ def _kernel(task: Any, a: Mapping[str, Any], workers: int, order: str, block: in
                                 for j in range(n):
                                     z = logit(sr[t * n + j], mk, b, i, j)
                                     sr[t * n + j] = z
-                                    top = maximum(top, z)
+                                    top = maximum(z, top)
                                 total = zero
                                 for j in range(n):
                                     e = exp(sr[t * n + j] - top)

@@ -92,9 +92,14 @@ class CpuConcatRows(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        """Asked without a target (not by the driver): this machine's."""
         from hidet_framework.extension import plugin_host
 
         return applies_to(task, attributes, plugin_host().backend_for("cpu").detect_target())
+
+    def applies_on(self, task: Any, attributes: Mapping[str, Any], target: Any) -> bool:
+        """For a build for `target`: its vector width, not this machine's."""
+        return applies_to(task, attributes, target)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{}]

@@ -13,17 +13,19 @@ outputs), in two passes over a buffer of rows (as `cpu_avg_pool.py`, which says 
         for each plane, each output row:
             buf[row][left + iw] = max over the kernel rows of x[n, c, ih, iw]
                     (rows whose window lies inside the image: one pass a kernel row,
-                     no check, so x is read row after row as one stream (the taps in
-                     one pass ran a cold 147-wide plane 1.4x slower, in a model pass);
+                     the first two together (a pass that only copied became a memcpy
+                     call a row, 1.2x the kernel's time), no check, so x is read row
+                     after row as one stream (the taps in one pass ran a cold
+                     147-wide plane 1.4x slower, in a model pass);
                      the few border rows, known while building, with their inside taps)
         for each plane, each output row:
             y[n, c, oh, ow] = max over kw of buf[row][ow * sw + kw * dw]
                     (every column in one loop: the taps in the padding read the
                      margins, -inf, what padding contributes)
 
-The maximum is `maximum` (``b > a ? b : a``), as the operator's definition, folded
-from -inf: a NaN never wins, and a window with no tap inside the image gives the
-lowest value (-inf). y is written by element stores (epilogues graft); x is read by
+The maximum is `maximum` (numpy's: a NaN in the window is the result), as the
+operator's definition, folded from -inf: a window with no tap inside the image gives
+the lowest value (-inf). y is written by element stores (epilogues graft); x is read by
 element reads.
 """
 from __future__ import annotations
@@ -107,27 +109,32 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
                 r1 = min(oh, r0 + rb)
                 for p in range(min(pb, c - cb * pb)):
                     for ohi in range(max(r0, ta), min(r1, tb)):
-                        for iw in range(w):
-                            x0 = x[ni, cb * pb + p, ohi * sh - top, iw]
-                            buf[(p * rb + ohi - r0) * rw + ml + iw] = x0 if x0 > lowest else lowest  # max(-inf, x0)
-                        for r in static_range(1, kh):
+                        if kh == 1:
                             for iw in range(w):
-                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(buf[(p * rb + ohi - r0) * rw + ml + iw],
-                                                                              x[ni, cb * pb + p, ohi * sh - top + r * dh, iw])
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = x[ni, cb * pb + p, ohi * sh - top, iw]
+                        else:   # the first two kernel rows in one pass (a plain copy became a memcpy call)
+                            for iw in range(w):
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(
+                                    x[ni, cb * pb + p, ohi * sh - top + dh, iw], x[ni, cb * pb + p, ohi * sh - top, iw])
+                        for r in static_range(2, kh):
+                            for iw in range(w):
+                                buf[(p * rb + ohi - r0) * rw + ml + iw] = max(
+                                    x[ni, cb * pb + p, ohi * sh - top + r * dh, iw],
+                                    buf[(p * rb + ohi - r0) * rw + ml + iw])
                     for k in static_range(len(border)):
                         brow, taps = border[k][0], border[k][1]
                         if r0 <= brow < r1:
                             for iw in range(w):
                                 mb = lowest
                                 for t in static_range(len(taps)):
-                                    mb = max(mb, x[ni, cb * pb + p, brow * sh - top + taps[t] * dh, iw])
+                                    mb = max(x[ni, cb * pb + p, brow * sh - top + taps[t] * dh, iw], mb)
                                 buf[(p * rb + brow - r0) * rw + ml + iw] = mb
                 for p in range(min(pb, c - cb * pb)):
                     for rr in range(r1 - r0):
                         for o in range(ow):
                             mc = buf[(p * rb + rr) * rw + ml + o * sw - left]
                             for q in static_range(1, kw):
-                                mc = max(mc, buf[(p * rb + rr) * rw + ml + o * sw - left + q * dw])
+                                mc = max(buf[(p * rb + rr) * rw + ml + o * sw - left + q * dw], mc)
                             y[ni, cb * pb + p, r0 + rr, o] = mc
 
     return ScheduledTask(script_module(max_pool2d_cpu, name=name),

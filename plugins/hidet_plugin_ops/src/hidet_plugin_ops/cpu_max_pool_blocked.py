@@ -1,7 +1,7 @@
 """max_pool2d in the channel-blocked layout (`cpu_blocked.py`): the operator and its CPU kernel.
 
 ``max_pool2d_blocked(xb, kernel, stride, dilation, pads, out)`` is `pooling.max_pool2d`
-(the same window geometry, padding never wins, a NaN never wins) on ``[N, Cb, H, W, L]``
+(the same window geometry, padding never wins, a NaN in a window is its maximum) on ``[N, Cb, H, W, L]``
 → ``[N, Cb, OH, OW, L]``: channel block by channel block, the L lanes of a pixel pooled
 alike. `rules_blocked_chain.chain_pool` makes it where a ``max_pool2d`` reads the
 blocked output of a chain's convolution (ResNet-50's stem → 3x3/2 max pool → layer1),
@@ -21,8 +21,8 @@ The kernel is `cpu_max_pool.py`'s, with a pixel's L channels as the innermost
                      the border columns unrolled with their inside taps only)
 
 Every inner loop runs over the L lanes (the machine's vector width), so it is one vector
-maximum per tap. The maximum is `maximum` (``b > a ? b : a``) started from the lowest
-value, as in `cpu_max_pool.py`: a NaN never wins. y is written by element stores
+maximum per tap. The maximum is `maximum` (numpy's, a NaN is kept) started from the
+lowest value, as in `cpu_max_pool.py`. y is written by element stores
 (epilogues graft).
 """
 from __future__ import annotations
@@ -120,9 +120,9 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                     if kh_hi - kh_lo == kh:     # every kernel row inside the image: one pass
                         for iw in range(w):
                             for li in range(lanes):
-                                v = lowest          # max(v, x), v first: a NaN x never wins
-                                for r in static_range(kh):
-                                    v = max(v, x[ni, cb, ih0 + r * dh, iw, li])
+                                v = x[ni, cb, ih0, iw, li]
+                                for r in static_range(1, kh):
+                                    v = max(x[ni, cb, ih0 + r * dh, iw, li], v)   # the new value first
                                 row[iw * lanes + li] = v
                     else:
                         for iw in range(w):
@@ -131,19 +131,19 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                         for r in range(kh_lo, kh_hi):
                             for iw in range(w):
                                 for li in range(lanes):
-                                    row[iw * lanes + li] = max(row[iw * lanes + li], x[ni, cb, ih0 + r * dh, iw, li])
+                                    row[iw * lanes + li] = max(x[ni, cb, ih0 + r * dh, iw, li], row[iw * lanes + li])
                     for o in range(a, b):
                         for li in range(lanes):
                             m = row[(o * sw - left) * lanes + li]
                             for q in static_range(1, kw):
-                                m = max(m, row[(o * sw - left + q * dw) * lanes + li])
+                                m = max(row[(o * sw - left + q * dw) * lanes + li], m)
                             y[ni, cb, ohi, o, li] = m
                     for k in static_range(len(border)):
                         col, taps = border[k]
                         for li in range(lanes):
                             mb = lowest
                             for t in static_range(len(taps)):
-                                mb = max(mb, row[(col * sw - left + taps[t] * dw) * lanes + li])
+                                mb = max(row[(col * sw - left + taps[t] * dw) * lanes + li], mb)
                             y[ni, cb, ohi, col, li] = mb
 
     return ScheduledTask(script_module(max_pool2d_blocked_cpu, name=name),

@@ -108,7 +108,8 @@ def _lowest(dtype: DataType) -> Expr:
 
 def max_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                ceil_mode: bool = False) -> Tensor:
-    """Maximum over each (dilated) window; padding never wins."""
+    """Maximum over each (dilated) window; padding never wins; a NaN in a window is its
+    maximum (numpy's maximum, torch's max_pool2d, the ONNX reference's MaxPool)."""
     x = require_tensor("max_pool2d", x)
     win = window_2d("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     node = tensor_input("x", x.dtype, x.shape)
