@@ -149,6 +149,85 @@ def test_cpu_helpers_as_printed(tmp_path):
     _check_table(_run_c(tmp_path, "gcc", "c", source), "C helpers")
 
 
+_CONST_MAIN = r"""
+#include <stdio.h>
+#include <math.h>
+%(helpers)s
+int main(void) {
+    double v[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 2.5, -2.5, 1e-30};
+    int n = sizeof v / sizeof v[0];
+    for (int i = 0; i < n; ++i) for (int j = 1; j < n; ++j)      /* b: every special but NaN */
+        printf("%%.17g %%.17g %%.17g %%.17g\n",
+               (double)hidet_min_const_float32((float)v[i], (float)v[j]),
+               (double)hidet_max_const_float32((float)v[i], (float)v[j]),
+               hidet_min_const_float64(v[i], v[j]), hidet_max_const_float64(v[i], v[j]));
+    return 0;
+}
+"""
+
+
+def test_cpu_constant_operand_helpers_as_printed(tmp_path):
+    """`hidet_min_const_*` / `hidet_max_const_*` (printed where `b` is a constant that is
+    not NaN) give numpy's answer on every pair whose `b` is not NaN."""
+    from hidet_framework.ir.func import module
+    from hidet_plugin_cpu.codegen import CCodegen
+
+    helpers = "\n".join(line for line in CCodegen().preamble(module("m", [])) if line.startswith("static inline")
+                        and "_const_" in line)
+    table = _run_c(tmp_path, "gcc", "c", _CONST_MAIN % {"helpers": helpers})
+    a, b = (x.reshape(8, 8)[:, 1:].reshape(-1) for x in _pairs(np.float64))
+    fa, fb = (x.reshape(8, 8)[:, 1:].reshape(-1) for x in _pairs(np.float32))
+    for col, want in enumerate((np.minimum(fa, fb), np.maximum(fa, fb), np.minimum(a, b), np.maximum(a, b))):
+        _same(table[:, col], want, f"constant-operand helpers column {col}")
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+def test_every_special_as_the_constant_operand(runner, isa, monkeypatch, rng, tmp_path):
+    """`max(x, c)` / `min(x, c)` through hf.compile with each special value as the
+    constant `c` (NaN included: it must not take the constant path), `x` a long run of
+    specials, NaNs and numbers; the same with `c` on the left."""
+    from hidet_framework.driver.task_compiler import clear_task_cache
+    from hidet_plugin_cpu import build
+
+    if isa == "avx2":
+        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
+    clear_task_cache()
+    x = rng.uniform(-3, 3, 257).astype(np.float32)
+    x[rng.random(257) < 0.1] = np.nan
+    x[:len(SPECIALS)] = SPECIALS
+    x[-len(SPECIALS):] = SPECIALS[::-1]
+    xs = symbol(x.shape, "float32")
+    outs, wants = [], []
+    for c in SPECIALS:
+        for op, ref in ((ops.maximum, np.maximum), (ops.minimum, np.minimum)):
+            outs += [op(xs, c), op(c, xs)]
+            wants += [ref(x, np.float32(c)), ref(np.float32(c), x)]
+    for i, (g, w) in enumerate(zip(runner.run(outs, {xs: x}), wants)):
+        _same(g, w, f"{isa} output {i} (constant {SPECIALS[i // 4]})")
+    clear_task_cache()
+
+
+def test_constant_operand_prints_the_one_compare_helper():
+    """Which helper the codegen prints: the constant one only for a float constant `b`
+    that is not NaN (relu, clip); NaN constants, constant `a`, integers and variables
+    keep the general helpers."""
+    from hidet_framework.ir.expr import const, maximum, minimum, var
+    from hidet_framework.ir.func import module
+    from hidet_plugin_cpu.codegen import CCodegen
+
+    x, i = var("x", "float32"), var("i", "int32")
+    gen = CCodegen()
+    gen.function, gen.module, gen.func_names = None, module("m", []), {}
+    gen.names[x], gen.names[i] = "x", "i"
+    assert gen.expr(maximum(x, const(0.0, "float32"))) == "hidet_max_const_float32(x, 0.0f)"
+    assert gen.expr(minimum(x, const(6.0, "float32"))) == "hidet_min_const_float32(x, 6.0f)"
+    assert gen.expr(maximum(x, const(float("nan"), "float32"))).startswith("hidet_max_float32(x, ")
+    assert gen.expr(maximum(const(0.0, "float32"), x)).startswith("hidet_max_float32(")
+    assert gen.expr(maximum(x, x)) == "hidet_max_float32(x, x)"
+    assert gen.expr(minimum(i, const(3, "int32"))) == "hidet_min_int32(i, 3)"
+
+
 def test_cuda_preamble_templates_on_the_host(tmp_path):
     from hidet_plugin_cuda import codegen
 
