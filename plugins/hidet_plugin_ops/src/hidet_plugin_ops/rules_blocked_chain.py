@@ -63,6 +63,7 @@ from .cpu_blocked import FROM_BLOCKED, blocked_lanes, from_blocked
 from .cpu_conv import PACKED_OPERATOR, conv2d_packed
 from .cpu_avg_pool_blocked import avg_pool2d_blocked
 from .cpu_max_pool_blocked import max_pool2d_blocked
+from .cpu_mean_blocked import global_mean_blocked
 from .shape_select import concat
 
 __all__ = ["RULES", "CHAIN_DEPTH", "ELEMENTWISE_NAMES", "elementwise_form", "reapply", "would_chain"]
@@ -150,6 +151,18 @@ def _packed_x(op: Any, index: int) -> bool:
     return op.name == PACKED_OPERATOR and index == 0
 
 
+def _global_mean(op: Any, index: int = 0) -> bool:
+    """A float32 ``reduce_mean`` over (H, W) of an NCHW tensor (a global average pool;
+    rule 7 runs it on the blocked tensor)."""
+    return op.name == "reduce_mean" and index == 0 and op.inputs[0].rank == 4 \
+        and op.inputs[0].dtype is dtypes.float32 and tuple(op.attributes.get("axes", ())) == (2, 3)
+
+
+def _packed_x_or_mean(op: Any, index: int) -> bool:
+    """Readers that take a blocked tensor once the rules ran: a convolution's x, a global mean."""
+    return _packed_x(op, index) or _global_mean(op, index)
+
+
 def _packable_x(op: Any, index: int) -> bool:
     """x of a conv2d that the packing rule (`cpu_conv.pack_conv2d_weights`, phase 1) makes a
     ``conv2d_packed``: float32, groups 1, weights from constants."""
@@ -192,7 +205,7 @@ def chain_write(op: Any, uses: Any) -> list[Tensor] | None:
     o, ob = int(op.attributes["out_channels"]), int(op.inputs[1].shape[4])
     if lanes < 2 or o % lanes or ob % lanes or op.outputs[0].dtype is not dtypes.float32 or uses.is_output(op.outputs[0]):
         return None
-    if not _reaches_conv(op.outputs[0], uses, CHAIN_DEPTH):
+    if not _reaches_conv(op.outputs[0], uses, CHAIN_DEPTH, _packed_x_or_mean):
         return None
     return [from_blocked(conv2d_packed(op.inputs[0], *_packed_args(op), out_lanes=lanes), o)]
 
@@ -258,6 +271,16 @@ def chain_concat(op: Any) -> list[Tensor] | None:
     return [from_blocked(concat(sources, axis=1), op.outputs[0].shape[1])]
 
 
+def chain_mean(op: Any) -> list[Tensor] | None:
+    if not _global_mean(op):
+        return None
+    t = _blocked_source(op.inputs[0])
+    if t is None:
+        return None
+    y = global_mean_blocked(t, op.inputs[0].shape[1], bool(op.attributes.get("keepdims", True)))
+    return [y] if tuple(y.shape) == tuple(op.outputs[0].shape) else None
+
+
 RULES = (
     RewriteRule("cpu_chain_write", (PACKED_OPERATOR,), chain_write, phase=3, needs_uses=True, targets=("cpu",),
                 description="a conv2d_packed whose output reaches another convolution writes the blocked layout"),
@@ -269,6 +292,8 @@ RULES = (
                 description="an avg_pool2d of a blocked tensor runs on the blocked layout"),
     RewriteRule("cpu_chain_concat", ("concat",), chain_concat, phase=3, targets=("cpu",),
                 description="a channel concat of blocked tensors (whole vectors each) joins their blocks"),
+    RewriteRule("cpu_chain_mean", ("reduce_mean",), chain_mean, phase=3, targets=("cpu",),
+                description="a global mean (over H, W) of a blocked tensor reads it blocked"),
     RewriteRule("cpu_chain_read", (PACKED_OPERATOR,), chain_read, phase=3, targets=("cpu",),
                 description="a conv2d_packed reads a blocked tensor in place of from_blocked"),
 )
