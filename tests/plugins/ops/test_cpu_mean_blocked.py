@@ -86,7 +86,8 @@ def _w(rng, *shape):
 def _tail(rng, lanes, size, kind):
     """stem 3x3 (3 → 2L) → relu, then `kind`: "resnet" a bottleneck (1x1 → relu → 3x3 →
     relu → 1x1 + the stem's output → relu) → global mean (keepdims) → reshape;
-    "mobilenet" 1x1 → clip(0, 6) → global mean without keepdims. The graph's input, its
+    "mobilenet" 1x1 → clip(0, 6) → global mean without keepdims; "pool" 1x1 + the stem's
+    output → relu → ``global_avg_pool2d`` → reshape. The graph's input, its
     output and the float64 reference."""
     c, m = 2 * lanes, lanes
     ws, bs = _w(rng, c, 3, 3, 3), _w(rng, c)
@@ -100,9 +101,11 @@ def _tail(rng, lanes, size, kind):
         t = hf.ops.relu(hf.ops.conv2d(t, k[2], k[3], padding=1))
         t = hf.ops.relu(hf.ops.conv2d(t, k[4], k[5]) + s)
         y = hf.ops.reshape(hf.ops.reduce_mean(t, axes=(2, 3), keepdims=True), (1, c))
-    else:
+    elif kind == "mobilenet":
         t = hf.ops.clip(hf.ops.conv2d(s, k[6], k[5]), 0.0, 6.0)
         y = hf.ops.reduce_mean(t, axes=(2, 3), keepdims=False)
+    else:       # the ops plugin's own global pool
+        y = hf.ops.reshape(hf.ops.global_avg_pool2d(hf.ops.relu(hf.ops.conv2d(s, k[6], k[5]) + s)), (1, c))
 
     def ref(a):
         def c64(t, wi, bi, padding=0):
@@ -113,8 +116,10 @@ def _tail(rng, lanes, size, kind):
             t = np.maximum(c64(s, w[0], w[1]), 0)
             t = np.maximum(c64(t, w[2], w[3], 1), 0)
             t = np.maximum(c64(t, w[4], w[5]) + s, 0)
-        else:
+        elif kind == "mobilenet":
             t = np.clip(c64(s, w[6], w[5]), 0, 6)
+        else:
+            t = np.maximum(c64(s, w[6], w[5]) + s, 0)
         return t.mean(axis=(2, 3)).reshape(1, c)
 
     return x, y, ref
@@ -133,20 +138,20 @@ def _close(fn, rng, size, ref):
     assert err < 2e-5, f"relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("kind,size", [("resnet", (7, 11)), ("mobilenet", (13, 5))])
+@pytest.mark.parametrize("kind,size", [("resnet", (7, 11)), ("mobilenet", (13, 5)), ("pool", (5, 3))])
 def test_a_chain_ending_in_a_global_mean_stays_blocked(rng, cpu_backend, reduce_plugin, kind, size):
     lanes = blocked_lanes(cpu_backend.detect_target())
     x, y, ref = _tail(rng, lanes, size, kind)
     graph = hf.trace(y, [x])
     names = _names(graph)
-    assert "from_blocked" not in names and "reduce_mean" not in names, names
+    assert "from_blocked" not in names and "reduce_mean" not in names and "global_avg_pool2d" not in names, names
     assert names.count("global_mean_blocked") == 1, names
     fn = hf.compile(graph, target="cpu", space=0)
     assert "ops.global_mean_blocked_cpu" in [getattr(t.scheduled, "source", "") for t in fn.tasks]
     _close(fn, rng, size, ref)
     with rules_off("cpu_chain_mean"):
         apart = _names(graph)
-        assert "global_mean_blocked" not in apart and "reduce_mean" in apart, apart
+        assert "global_mean_blocked" not in apart and ("reduce_mean" in apart or "global_avg_pool2d" in apart), apart
         _close(hf.compile(graph, target="cpu", space=0), rng, size, ref)
 
 
