@@ -79,6 +79,9 @@ def register_templates(register) -> None:
     from .cpu_avg_pool_blocked import CpuAvgPool2dBlocked
 
     register(CpuAvgPool2dBlocked.name, CpuAvgPool2dBlocked())   # avg_pool2d in the blocked layout, the same place
+    from .cpu_mean_blocked import CpuGlobalMeanBlocked
+
+    register(CpuGlobalMeanBlocked.name, CpuGlobalMeanBlocked())   # the global mean of a blocked chain's end
     from .cpu_concat import CpuConcatRows
 
     register(CpuConcatRows.name, CpuConcatRows())   # concat a row of the joined axis at a time (long rows)

@@ -29,16 +29,22 @@ no conversion kernel inside it:
    writes blocked (an NCHW store of a 192-channel tile at 17x17 cost 5-10% of the
    convolution against onnxruntime's NCHWc), the concat joins whole blocks, and the
    next block's convolutions and pools read them.
+7. `chain_mean`: a float32 ``reduce_mean`` over (H, W) of ``from_blocked(t)`` (a global
+   average pool) is ``global_mean_blocked(t)`` (`cpu_mean_blocked.py`), and rule 1 counts
+   such a mean as a reader of the blocked layout, so a chain's last convolution writes
+   blocked up to the model's global pool: ResNet-50's last bottleneck no longer writes
+   NCHW and converts its 400 KB residual (`from_blocked`, 80-92 us on one thread) for the
+   add; MobileNet-V2's last 1x1 (with its clip) and Inception-V3's last concat likewise.
 
 Each phase runs to its fixpoint, so the ``from_blocked`` a convolution leaves is pushed
 past the elementwise operators and taken away by the next convolution: a
-``from_blocked`` remains only before an operator that cannot read the layout (an
-average or global pool, a graph output, an add of a blocked and an NCHW tensor): one conversion at the chain's end
-(ResNet-50: the identity of the last block, 400 KB, 80-92 us), an element read grafted
-into that operator's kernel where the fusion engine can (a bijection: L divides C). A chain's
-first convolution reads NCHW and its last writes NCHW when nothing after it is a
-convolution (the last block before the global pool), so the layout changes only at a
-chain's two ends (ResNet-50: the stem reads the 3-channel NCHW image and writes blocked).
+``from_blocked`` remains only before an operator that cannot read the layout (a
+pool other than those above, a graph output, an add of a blocked and an NCHW tensor): one
+conversion at the chain's end, an element read grafted into that operator's kernel where
+the fusion engine can (a bijection: L divides C). A chain's first convolution reads NCHW
+and its last writes NCHW when nothing after it is a convolution or a global mean, so the
+layout changes only at a chain's two ends (ResNet-50: the stem reads the 3-channel NCHW
+image and writes blocked; the global mean reads blocked and writes [N, C]).
 
 Why (AVX-512 Zen 4, ResNet-50, one thread, perf_notes "Session 9/10 cpuconv"): a 1x1
 convolution in NCHW either stores its (pixels x channel vectors) tile transposed or
@@ -63,6 +69,7 @@ from .cpu_blocked import FROM_BLOCKED, blocked_lanes, from_blocked
 from .cpu_conv import PACKED_OPERATOR, conv2d_packed
 from .cpu_avg_pool_blocked import avg_pool2d_blocked
 from .cpu_max_pool_blocked import max_pool2d_blocked
+from .cpu_mean_blocked import global_mean_blocked
 from .shape_select import concat
 
 __all__ = ["RULES", "CHAIN_DEPTH", "ELEMENTWISE_NAMES", "elementwise_form", "reapply", "would_chain"]
@@ -150,6 +157,20 @@ def _packed_x(op: Any, index: int) -> bool:
     return op.name == PACKED_OPERATOR and index == 0
 
 
+def _global_mean(op: Any, index: int = 0) -> bool:
+    """A float32 global average pool of an NCHW tensor: ``global_avg_pool2d`` or a
+    ``reduce_mean`` over (H, W) (rule 7 runs it on the blocked tensor)."""
+    if index != 0 or op.name not in ("reduce_mean", "global_avg_pool2d") or op.inputs[0].rank != 4 \
+            or op.inputs[0].dtype is not dtypes.float32:
+        return False
+    return op.name == "global_avg_pool2d" or tuple(op.attributes.get("axes", ())) == (2, 3)
+
+
+def _packed_x_or_mean(op: Any, index: int) -> bool:
+    """Readers that take a blocked tensor once the rules ran: a convolution's x, a global mean."""
+    return _packed_x(op, index) or _global_mean(op, index)
+
+
 def _packable_x(op: Any, index: int) -> bool:
     """x of a conv2d that the packing rule (`cpu_conv.pack_conv2d_weights`, phase 1) makes a
     ``conv2d_packed``: float32, groups 1, weights from constants."""
@@ -192,7 +213,7 @@ def chain_write(op: Any, uses: Any) -> list[Tensor] | None:
     o, ob = int(op.attributes["out_channels"]), int(op.inputs[1].shape[4])
     if lanes < 2 or o % lanes or ob % lanes or op.outputs[0].dtype is not dtypes.float32 or uses.is_output(op.outputs[0]):
         return None
-    if not _reaches_conv(op.outputs[0], uses, CHAIN_DEPTH):
+    if not _reaches_conv(op.outputs[0], uses, CHAIN_DEPTH, _packed_x_or_mean):
         return None
     return [from_blocked(conv2d_packed(op.inputs[0], *_packed_args(op), out_lanes=lanes), o)]
 
@@ -258,6 +279,17 @@ def chain_concat(op: Any) -> list[Tensor] | None:
     return [from_blocked(concat(sources, axis=1), op.outputs[0].shape[1])]
 
 
+def chain_mean(op: Any) -> list[Tensor] | None:
+    if not _global_mean(op):
+        return None
+    t = _blocked_source(op.inputs[0])
+    if t is None:
+        return None
+    keepdims = bool(op.attributes.get("keepdims", True))     # global_avg_pool2d keeps H, W as 1, 1
+    y = global_mean_blocked(t, op.inputs[0].shape[1], keepdims)
+    return [y] if tuple(y.shape) == tuple(op.outputs[0].shape) else None
+
+
 RULES = (
     RewriteRule("cpu_chain_write", (PACKED_OPERATOR,), chain_write, phase=3, needs_uses=True, targets=("cpu",),
                 description="a conv2d_packed whose output reaches another convolution writes the blocked layout"),
@@ -269,6 +301,8 @@ RULES = (
                 description="an avg_pool2d of a blocked tensor runs on the blocked layout"),
     RewriteRule("cpu_chain_concat", ("concat",), chain_concat, phase=3, targets=("cpu",),
                 description="a channel concat of blocked tensors (whole vectors each) joins their blocks"),
+    RewriteRule("cpu_chain_mean", ("reduce_mean", "global_avg_pool2d"), chain_mean, phase=3, targets=("cpu",),
+                description="a global mean (over H, W) of a blocked tensor reads it blocked"),
     RewriteRule("cpu_chain_read", (PACKED_OPERATOR,), chain_read, phase=3, targets=("cpu",),
                 description="a conv2d_packed reads a blocked tensor in place of from_blocked"),
 )
