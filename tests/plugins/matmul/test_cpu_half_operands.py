@@ -1,0 +1,157 @@
+"""bfloat16 and float16 operands in the CPU matmul templates (issue 15): the packed
+template and the prepacked GEMV widen half inputs to float32 as they pack, accumulate
+in float32 and round C once at the store.
+
+Every run: fresh random inputs, odd and prime sizes, the output poisoned with NaN
+first, against float64 numpy computed from the half-rounded inputs, with a per-element
+bound that follows from the numerics: float32 accumulation of K products (at most
+K * 2^-24 * (|A| @ |B|), taken with a factor of 2) plus one rounding of C to the half
+type (half its unit: 2^-8 |c| for bfloat16's 8 significant bits, 2^-11 for float16's
+11). A store that truncates instead of rounding, or one rounding too many, exceeds it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import hidet_framework as hf
+from hidet_framework.backend.contract import Target
+from hidet_framework.graph.passes.convert_float_dtype import float32_to_bfloat16_bits
+from hidet_framework.runtime.compiled_task import compile_scheduled
+from hidet_plugin_matmul import cpu_prepack
+from hidet_plugin_matmul.cpu_gemv import CpuPrepackedMatmul, gemv_space
+from hidet_plugin_matmul.cpu_template import CpuPackedMatmul
+from hidet_plugin_matmul.operators import matmul_task
+
+PACKED, GEMV = CpuPackedMatmul(), CpuPrepackedMatmul()
+UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()  # fresh inputs every run
+
+
+def _half(x: np.ndarray, dtype: str) -> np.ndarray:
+    """`x` rounded to `dtype`, as the runtime carries it (bfloat16: its uint16 bits)."""
+    if dtype == "bfloat16":
+        return float32_to_bfloat16_bits(np.asarray(x, np.float32))
+    return np.asarray(x).astype(np.float16)
+
+
+def _value(h: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values of a half array (bfloat16 bits widened exactly)."""
+    h = np.asarray(h)
+    if dtype == "bfloat16":
+        return (h.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return h.astype(np.float64)
+
+
+def _poisoned(shape: tuple, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return np.full(shape, 0x7FC0, np.uint16)   # a quiet NaN
+    return np.full(shape, np.nan, np.float16)
+
+
+def _assert_within_bound(got: np.ndarray, a64: np.ndarray, b64: np.ndarray, dtype: str, what: str) -> None:
+    c = _value(got, dtype)
+    assert not np.isnan(c).any(), f"{what}: an output element was never written"
+    ref = np.matmul(a64, b64)
+    k = a64.shape[-1]
+    bound = UNIT_ROUNDOFF[dtype] * np.abs(ref) + 2 * k * 2.0 ** -24 * np.matmul(np.abs(a64), np.abs(b64)) + 1e-30
+    worst = np.max(np.abs(c - ref) / bound)
+    assert worst <= 1.0, f"{what}: error {worst:.3g} x the bound"
+
+
+def _avx2(target: Target, monkeypatch) -> Target:
+    """This machine's target narrowed to AVX2, gcc told -mno-avx512f."""
+    from hidet_plugin_cpu import build
+
+    if target.get("vector_bits", 0) < 256:
+        pytest.skip("this CPU has no 256-bit vectors")
+    monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    return Target(target.kind, target.arch, dict(target.properties, vector_bits=256))
+
+
+SHAPES = [((1, 1), (1, 1)), ((7, 31), (31, 97)), ((257, 97), (97, 31)), ((3, 31, 7), (7, 257))]
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("a_shape,b_shape", SHAPES, ids=str)
+def test_packed_template_half_operands(cpu_backend, rng, dtype, isa, a_shape, b_shape, monkeypatch):
+    """The default candidate, the ``bpack="block"`` order and small K blocks (partial
+    sums over K blocks, 4 at K=97) on 1, prime and batched shapes."""
+    target = cpu_backend.detect_target()
+    if isa == "avx2":
+        target = _avx2(target, monkeypatch)
+    default = PACKED.space(target, 0)[0]
+    kblocked = dict(default, kc=32, mc=2 * default["mr"], nsub=default["nr"])
+    if True:
+        task, attributes = matmul_task(a_shape, b_shape, dtype)
+        assert PACKED.applies(task, attributes)
+        a = _half(rng.standard_normal(a_shape), dtype)
+        b = _half(rng.standard_normal(b_shape), dtype)
+        for params in (default, dict(default, bpack="block"), kblocked):
+            scheduled = PACKED.build(task, attributes, params, target)
+            compiled = compile_scheduled(task, scheduled, cpu_backend, target)
+            c = _poisoned(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]), dtype)
+            compiled.run([a, b], [c])
+            _assert_within_bound(c, _value(a, dtype), _value(b, dtype), dtype, f"{a_shape} x {b_shape} {params}")
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gemv_template_half_a_and_c(cpu_backend, rng, dtype, isa, monkeypatch):
+    """The prepacked kernel with a half A and C and float32 panels (what `pack_b` makes
+    of half weights): one K block and several, several rows blocks, one worker."""
+    target = cpu_backend.detect_target()
+    if isa == "avx2":
+        target = _avx2(target, monkeypatch)
+    nr = cpu_prepack.panel_width(target)
+    for m, k, n in ((1, 97, 257), (7, 257, 31)):
+        an = hf.symbol((m, k), dtype)
+        y = cpu_prepack.matmul_prepacked(an, cpu_prepack.pack_b(hf.symbol((k, n), dtype), nr), n)
+        task, attributes = y.producer.task, dict(y.producer.attributes)
+        assert [t.dtype.name for t in task.inputs] == [dtype, "float32"] and GEMV.applies(task, attributes)
+        a = _half(rng.standard_normal((m, k)), dtype)
+        b64 = _value(_half(rng.standard_normal((k, n)), dtype), dtype)
+        panels = np.zeros((k, -(-n // nr) * nr), np.float32)
+        panels[:, :n] = b64
+        panels = np.ascontiguousarray(panels.reshape(k, -1, nr).transpose(1, 0, 2))
+        space = gemv_space(target, 0, nr)
+        for params in (space[0], dict(space[0], kc=16, mr=3), dict(space[0], workers=1)):
+            compiled = compile_scheduled(task, GEMV.build(task, attributes, params, target), cpu_backend, target)
+            c = _poisoned((m, n), dtype)
+            compiled.run([a, panels], [c])
+            _assert_within_bound(c, _value(a, dtype), b64, dtype, f"{(m, k, n)} {params}")
+
+
+def _gelu(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * (1.0 + np.vectorize(math.erf)(v / math.sqrt(2.0)))
+
+
+@pytest.mark.parametrize("m,k,n,source", [(97, 31, 257, "matmul.cpu_packed"), (7, 257, 131, "matmul.cpu_gemv")])
+def test_compile_picks_the_template_and_fuses_bias_gelu(rng, m, k, n, source):
+    """hf.compile(dtype="bfloat16") of gelu(x @ W + bias): the CPU templates (not the
+    auto-scheduler) serve the half matmul, constant weights prepacked for a short M,
+    the epilogue fused. Bound: the matmul's own (above) then one bfloat16 rounding of
+    the matmul's output, the add's and the gelu's (|gelu'| < 1.13), relative to the
+    largest output; the reference is computed from the bfloat16-rounded operands."""
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    x = hf.symbol((m, k), "float32")
+    y = hf.ops.gelu(hf.ops.add(hf.ops.matmul(x, hf.constant(w)), hf.constant(bias)))
+    fn = hf.compile(hf.trace(y, inputs=[x]), target="cpu", dtype="bfloat16")
+    assert [t.scheduled.source for t in fn.tasks] == [source]
+    assert [op.name for op in fn.graph.nodes] == ["fused"]
+    a = _half(rng.standard_normal((m, k)), "bfloat16")
+    a64, w64, b64 = _value(a, "bfloat16"), _value(_half(w, "bfloat16"), "bfloat16"), _value(_half(bias, "bfloat16"), "bfloat16")
+    want = _gelu(a64 @ w64 + b64)
+    got = _value(fn(a), "bfloat16")
+    scale = np.abs(a64 @ w64).max() + np.abs(b64).max()
+    bound = 4 * 1.13 * 2.0 ** -8 * scale
+    assert not np.isnan(got).any()
+    assert np.abs(got - want).max() <= bound, f"error {np.abs(got - want).max():.3g} > {bound:.3g}"
