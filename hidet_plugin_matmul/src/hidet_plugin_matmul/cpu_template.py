@@ -42,6 +42,7 @@ from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, scr
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_operand_types import (
     FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
@@ -129,8 +130,14 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     if params.get("bpack", "full") == "block":
         return _build_block(attributes, params, target, name, (ta, tb, tc))
     p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
-    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     ops = MatmulOperands(attributes)
+    if pairs_apply(target, operand_dtypes, params):   # bfloat16 pairs, vdpbf16ps (cpu_bf16_pairs.py)
+        kc = p["kc"] + p["kc"] % 2
+        p = dict(p, kc=kc, k_blocks=_ceil_div(p["k"] + p["k"] % 2, kc))
+        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
+                                     p["mr"] * p["nr"])
+        return build_bf16_pairs(p, ops, params, name, tc, part_of)
+    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     batch, b_batched = ops.batch, ops.b_batched
     a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]

@@ -75,7 +75,8 @@ def _avx2(target: Target, monkeypatch) -> Target:
     return Target(target.kind, target.arch, dict(target.properties, vector_bits=256))
 
 
-SHAPES = [((1, 1), (1, 1)), ((7, 31), (31, 97)), ((257, 97), (97, 31)), ((3, 31, 7), (7, 257))]
+SHAPES = [((1, 1), (1, 1)), ((7, 31), (31, 97)), ((257, 97), (97, 31)), ((3, 31, 7), (7, 257)),
+          ((2, 13, 9), (2, 9, 33))]
 
 
 @pytest.mark.parametrize("isa", ["native", "avx2"])
@@ -127,6 +128,62 @@ def test_gemv_template_half_a_and_c(cpu_backend, rng, dtype, isa, monkeypatch):
             c = _poisoned((m, n), dtype)
             compiled.run([a, panels], [c])
             _assert_within_bound(c, _value(a, dtype), b64, dtype, f"{(m, k, n)} {params}")
+
+
+def _kernel_source(target: Target, dtype: str, shape=((7, 31), (31, 97))) -> str:
+    from hidet_framework.transforms.pipeline import lower
+    from hidet_plugin_cpu.codegen import generate
+
+    task, attributes = matmul_task(*shape, dtype)
+    return generate(lower(PACKED.build(task, attributes, PACKED.space(target, 0)[0], target).module, "cpu"), target)
+
+
+def _without(target: Target, flag: str) -> Target:
+    return Target(target.kind, target.arch, dict(target.properties,
+                                                 flags=tuple(f for f in target.get("flags", ()) if f != flag)))
+
+
+def test_vdpbf16ps_from_the_target_flags_only(cpu_backend):
+    """The pair kernel (vdpbf16ps) is built for bfloat16 x bfloat16 exactly when the
+    target's flags have avx512_bf16 and its vectors are 512 bits: never for float16 or
+    float32, nor for a target without the flag or narrowed to AVX2 (flags kept), on
+    whatever machine this runs (the targets are made, not detected)."""
+    base = {"cores": 2, "l1d_bytes": 32 << 10, "l2_bytes": 1 << 20, "model": "made"}
+    zen4 = Target("cpu", "x86-64", {**base, "vector_bits": 512, "flags": ("avx2", "avx512f", "avx512_bf16", "fma")})
+    pair_call = "dpbf16ps"
+    assert pair_call in _kernel_source(zen4, "bfloat16")
+    assert pair_call not in _kernel_source(zen4, "float16")
+    assert pair_call not in _kernel_source(zen4, "float32")
+    assert pair_call not in _kernel_source(_without(zen4, "avx512_bf16"), "bfloat16")
+    assert pair_call not in _kernel_source(Target("cpu", "x86-64", {**zen4.properties, "vector_bits": 256}), "bfloat16")
+
+
+def test_vdpbf16ps_flushes_denormal_products(cpu_backend, rng):
+    """Where this machine has avx512_bf16: products below float32's smallest normal
+    (2^-64 * 2^-64 = 2^-128) are flushed to zero by vdpbf16ps (the documented numerics)
+    and kept by the widening kernel, and normal columns agree with float64 (the bound)."""
+    target = cpu_backend.detect_target()
+    if "avx512_bf16" not in target.get("flags", ()) or target.get("vector_bits", 0) < 512:
+        pytest.skip("no avx512_bf16 on this machine")
+    k, n = 4, 37
+    a = rng.standard_normal((3, k))
+    b = rng.standard_normal((k, n))
+    a[0], b[:, 0] = 2.0 ** -64, 2.0 ** -64      # row 0 x column 0: four products of 2^-128
+    a_h, b_h = _half(a, "bfloat16"), _half(b, "bfloat16")
+    task, attributes = matmul_task((3, k), (k, n), "bfloat16")
+    got = {}
+    for name, t in (("pairs", target), ("widened", _without(target, "avx512_bf16"))):
+        compiled = compile_scheduled(task, PACKED.build(task, attributes, PACKED.space(t, 0)[0], t), cpu_backend, t)
+        c = _poisoned((3, n), "bfloat16")
+        compiled.run([a_h, b_h], [c])
+        got[name] = _value(c, "bfloat16")
+        normal = np.ones((3, n), bool)
+        normal[0, 0] = False
+        a64, b64 = _value(a_h, "bfloat16"), _value(b_h, "bfloat16")
+        bound = UNIT_ROUNDOFF["bfloat16"] * np.abs(a64 @ b64) + 2 * k * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64))
+        assert np.all(np.abs(got[name] - a64 @ b64)[normal] <= bound[normal]), name
+    assert got["pairs"][0, 0] == 0.0
+    assert got["widened"][0, 0] == 4 * 2.0 ** -128
 
 
 def _gelu(v: np.ndarray) -> np.ndarray:
