@@ -9,6 +9,8 @@
                 streamed from memory once) times one broadcast A value per row
                 last K block: C through element stores (fusion grafts there)
 
+A and C may be float32, bfloat16 or float16 (the panels are float32 whatever the
+weights were: `pack_b` widens them): the copy of A widens, the store to C rounds.
 A is first copied by its own launch (``_copy_a``, the only reader of A, so a fused
 prologue is grafted there and computed once per element; reading A in the
 micro-kernel, a call argument, made every prologue fail to fuse: 60 reshape and 48 add

@@ -15,6 +15,7 @@ by
 evaluates it once while compiling: the graph keeps B as ``[ceil(N / nr), K, nr]``
 panels (zero past N) and the kernel (`cpu_gemv.py`) streams each panel contiguously.
 ``nr`` comes from the machine's vector width and register count (`panel_width`).
+A bfloat16/float16 matmul is rewritten too: its panels are float32 (`pack_b`).
 """
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
-"""The CPU fp32 matmul template: packed panels, a SIMD register-blocked micro-kernel,
+"""The CPU matmul template: packed panels, a SIMD register-blocked micro-kernel,
 cache blocking and OpenMP threads, written in the script DSL with task mappings.
+
+Operands float32, bfloat16 or float16 (cpu_operand_types.py): the packing loops widen
+half inputs to the float32 panels, C is rounded once at the store. bfloat16 x bfloat16
+on a target with avx512_bf16 builds the pair kernel of cpu_bf16_pairs.py (vdpbf16ps,
+bfloat16 panels) in this loop order instead.
 
 Loop structure of the one kernel (``cpu_kernel``) it generates: one OpenMP parallel
 region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
@@ -358,7 +363,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
 
 
 class CpuPackedMatmul(Template):
-    """fp32 matmul on the CPU: packed panels + SIMD micro-kernel + cache blocks + OpenMP."""
+    """float32/bfloat16/float16 matmul on the CPU (float32 accumulation): packed panels +
+    SIMD micro-kernel + cache blocks + OpenMP."""
 
     name = "matmul.cpu_packed"
     operator = OPERATOR
