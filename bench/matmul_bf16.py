@@ -8,7 +8,8 @@ our float32 and numpy's float32 (and torch's bfloat16 when torch is installed).
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]); a trailing ``c`` makes B a constant
 of the graph (short M then takes the prepacked GEMV path). Every variant is compiled
 through ``hf.compile`` (space 0: the default candidate), then the variants are timed
-interleaved in the same process, ``--rounds`` rounds of one call each, and the median
+interleaved in the same process, ``--rounds`` rounds of one call each (each after a
+``--pause``, with OMP_WAIT_POLICY=PASSIVE: see `_pin`), and the median
 per variant reported with the ratios to our float32; on a shared machine the ratios
 are the figures to quote. ``--threads`` pins the process to that many CPUs before
 anything starts a thread (our pool reads the affinity, numpy's BLAS is limited to it).
@@ -30,6 +31,10 @@ def _pin(threads: int) -> None:
     os.sched_setaffinity(0, cpus)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
+    # torch's OpenMP threads spin after a call (and OpenBLAS's): with 2 CPUs they took
+    # the cores of whichever variant ran next (our float32, first in a round, measured
+    # 2x its 1-thread time). Passive waits and a pause before each timed call.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def main() -> None:
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--pause", type=float, default=0.05, help="seconds of sleep before each timed call")
     args = parser.parse_args()
     _pin(args.threads)
 
@@ -95,6 +101,7 @@ def main() -> None:
             f()
         for _ in range(args.rounds):
             for name, f in variants.items():
+                time.sleep(args.pause)
                 started = time.perf_counter()
                 f()
                 times[name].append(time.perf_counter() - started)
