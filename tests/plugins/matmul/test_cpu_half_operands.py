@@ -190,22 +190,27 @@ def _gelu(v: np.ndarray) -> np.ndarray:
     return 0.5 * v * (1.0 + np.vectorize(math.erf)(v / math.sqrt(2.0)))
 
 
-@pytest.mark.parametrize("m,k,n,source", [(97, 31, 257, "matmul.cpu_packed"), (7, 257, 131, "matmul.cpu_gemv")])
-def test_compile_picks_the_template_and_fuses_bias_gelu(rng, m, k, n, source):
-    """hf.compile(dtype="bfloat16") of gelu(x @ W + bias): the CPU templates (not the
-    auto-scheduler) serve the half matmul, constant weights prepacked for a short M,
-    the epilogue fused. Bound: the matmul's own (above) then one bfloat16 rounding of
-    the matmul's output, the add's and the gelu's (|gelu'| < 1.13), relative to the
-    largest output; the reference is computed from the bfloat16-rounded operands."""
+@pytest.mark.parametrize("m,k,n,source,prologue", [(97, 31, 257, "matmul.cpu_packed", False),
+                                                    (7, 257, 131, "matmul.cpu_gemv", False),
+                                                    (97, 31, 257, "matmul.cpu_packed", True)])
+def test_compile_picks_the_template_and_fuses_bias_gelu(rng, m, k, n, source, prologue):
+    """hf.compile(dtype="bfloat16") of gelu(x @ W + bias) (and of relu(x) @ W: a
+    prologue grafted onto the packing of A): the CPU templates (not the auto-scheduler)
+    serve the half matmul, constant weights prepacked for a short M, the neighbours
+    fused. Bound: the matmul's own (above) then one bfloat16 rounding of the matmul's
+    output, the add's and the gelu's (|gelu'| < 1.13), relative to the largest output;
+    the reference is computed from the bfloat16-rounded operands (relu is exact)."""
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     x = hf.symbol((m, k), "float32")
-    y = hf.ops.gelu(hf.ops.add(hf.ops.matmul(x, hf.constant(w)), hf.constant(bias)))
+    y = hf.ops.gelu(hf.ops.add(hf.ops.matmul(hf.ops.relu(x) if prologue else x, hf.constant(w)),
+                               hf.constant(bias)))
     fn = hf.compile(hf.trace(y, inputs=[x]), target="cpu", dtype="bfloat16")
     assert [t.scheduled.source for t in fn.tasks] == [source]
     assert [op.name for op in fn.graph.nodes] == ["fused"]
     a = _half(rng.standard_normal((m, k)), "bfloat16")
     a64, w64, b64 = _value(a, "bfloat16"), _value(_half(w, "bfloat16"), "bfloat16"), _value(_half(bias, "bfloat16"), "bfloat16")
+    a64 = np.maximum(a64, 0.0) if prologue else a64
     want = _gelu(a64 @ w64 + b64)
     got = _value(fn(a), "bfloat16")
     scale = np.abs(a64 @ w64).max() + np.abs(b64).max()
