@@ -209,7 +209,8 @@ def test_compile_picks_the_template_and_fuses_bias_gelu(rng, m, k, n, source, pr
     assert [t.scheduled.source for t in fn.tasks] == [source]
     assert [op.name for op in fn.graph.nodes] == ["fused"]
     a = _half(rng.standard_normal((m, k)), "bfloat16")
-    a64, w64, b64 = _value(a, "bfloat16"), _value(_half(w, "bfloat16"), "bfloat16"), _value(_half(bias, "bfloat16"), "bfloat16")
+    a64 = _value(a, "bfloat16")
+    w64, b64 = (_value(_half(v, "bfloat16"), "bfloat16") for v in (w, bias))
     a64 = np.maximum(a64, 0.0) if prologue else a64
     want = _gelu(a64 @ w64 + b64)
     got = _value(fn(a), "bfloat16")
