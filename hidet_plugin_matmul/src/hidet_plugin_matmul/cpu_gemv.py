@@ -9,6 +9,8 @@
                 streamed from memory once) times one broadcast A value per row
                 last K block: C through element stores (fusion grafts there)
 
+A and C may be float32, bfloat16 or float16 (the panels are float32 whatever the
+weights were: `pack_b` widens them): the copy of A widens, the store to C rounds.
 A is first copied by its own launch (``_copy_a``, the only reader of A, so a fused
 prologue is grafted there and computed once per element; reading A in the
 micro-kernel, a call argument, made every prologue fail to fuse: 60 reshape and 48 add
@@ -38,6 +40,9 @@ from hidet_framework.lang import (
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_operand_types import (
+    FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
+)
 from hidet_plugin_matmul.cpu_prepack import PREPACKED_OPERATOR
 from hidet_plugin_matmul.cpu_space import FLOAT_BYTES, target_facts
 
@@ -118,7 +123,12 @@ def _micro_kernel(name: str, vec: Any, lanes: int, m: int, k: int, mr: int, nr: 
 
 
 def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
-                   name: str = "matmul_cpu_gemv") -> ScheduledTask:
+                   name: str = "matmul_cpu_gemv", operand_dtypes: tuple = FLOAT32_OPERANDS) -> ScheduledTask:
+    """`operand_dtypes`: A's, the panels' (float32) and C's element types; a half A is
+    widened by the copy launch (its only reader), C rounded at the final store."""
+    ta, tb, tc = operand_annotations(operand_dtypes)
+    if tb is not f32:
+        raise ValueError(f"matmul_prepacked: the B panels must be float32 (pack_b), got {operand_dtypes[1]}")
     m, n, k, nr = (int(attributes[x]) for x in ("m", "n", "k", "nr"))
     facts = target_facts(target)
     lanes = facts["lanes"] if nr % facts["lanes"] == 0 else 1
@@ -142,7 +152,7 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     owner = spatial(items)
 
     @script
-    def matmul_cpu_gemv_copy_a(a: f32[m, k], ac: f32[m, k]):
+    def matmul_cpu_gemv_copy_a(a: ta[m, k], ac: f32[m, k]):
         # A's only reader: a fused prologue (reshape, GELU of the previous layer...) is
         # grafted here and computed once per element, not once per B panel.
         attrs.func_kind = "cpu_kernel"
@@ -152,7 +162,7 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
                 ac[r, kk] = a[r, kk]
 
     @script
-    def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: f32[m, n]):
+    def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: tc[m, n]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
         for w in parallel(items):
@@ -196,7 +206,8 @@ class CpuPrepackedMatmul(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+        (a, bp), (c,) = task.inputs, task.outputs
+        return bp.dtype.name == "float32" and a.dtype.name in OPERAND_DTYPES and c.dtype.name in OPERAND_DTYPES
 
     def space(self, target: Any, level: int) -> list[dict]:
         from hidet_plugin_matmul.cpu_prepack import panel_width
@@ -204,4 +215,4 @@ class CpuPrepackedMatmul(Template):
         return gemv_space(target, level, panel_width(target))
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
-        return build_cpu_gemv(attributes, params, target)
+        return build_cpu_gemv(attributes, params, target, operand_dtypes=task_operand_dtypes(task))

@@ -15,6 +15,7 @@ by
 evaluates it once while compiling: the graph keeps B as ``[ceil(N / nr), K, nr]``
 panels (zero past N) and the kernel (`cpu_gemv.py`) streams each panel contiguously.
 ``nr`` comes from the machine's vector width and register count (`panel_width`).
+A bfloat16/float16 matmul is rewritten too: its panels are float32 (`pack_b`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from hidet_framework.compute import Task, compute, reduce, tensor_input
 from hidet_framework.extension import RewriteRule
 from hidet_framework.graph import Operator, Tensor
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import const, if_then_else
+from hidet_framework.ir.expr import cast, const, if_then_else
 
 from hidet_plugin_matmul.cpu_space import target_facts
 
@@ -43,6 +44,9 @@ MAX_ROWS = 512
 # Below this many weight elements (128 KiB of float32) packing per call costs a few
 # microseconds and stays in cache; the general template's own packing is then fine.
 MIN_WEIGHT_ELEMENTS = 1 << 15
+# Operand types the GEMV template serves (half A and C converted in its kernels, half
+# B widened to float32 panels by `pack_b`).
+PREPACK_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 
 
 def panel_width(target: Any) -> int:
@@ -54,16 +58,21 @@ def panel_width(target: Any) -> int:
 
 
 def pack_b(b: Tensor, nr: int) -> Tensor:
-    """``[K, N]`` → ``[ceil(N/nr), K, nr]``: panel p holds columns p*nr .. p*nr+nr-1."""
+    """``[K, N]`` → ``[ceil(N/nr), K, nr]``: panel p holds columns p*nr .. p*nr+nr-1.
+    The panels are float32 whatever B's type: half weights are widened once here, at
+    compile time, so the kernel's vector loads and FMAs are the float32 ones (the
+    panels take float32's bytes, as a float32 model's do)."""
     k, n = b.shape
     panels = -(-n // nr)
     bn = tensor_input("b", b.dtype, b.shape)
+    widen = b.dtype is not dtypes.float32
 
     def element(p, kk, lane):
         col = p * nr + lane
-        return if_then_else(col < n, bn[kk, col], const(0.0, b.dtype))
+        value = cast(bn[kk, col], dtypes.float32) if widen else bn[kk, col]
+        return if_then_else(col < n, value, const(0.0, dtypes.float32))
 
-    packed = compute("bp", [panels, k, nr], element, dtype=b.dtype)
+    packed = compute("bp", [panels, k, nr], element, dtype=dtypes.float32)
     attributes = {"nr": nr, "k": k, "n": n}
     return Operator(PACK_OPERATOR, [b], Task(PACK_OPERATOR, [bn], [packed], attributes), attributes).outputs[0]
 
@@ -97,13 +106,14 @@ def _registry_op(name: str) -> Callable | None:
 
 
 def prepack_constant_b(op: Operator) -> list[Tensor] | None:
-    """The rewrite (see the module docstring); None where it does not apply: not a
-    float32 matmul, B batched, small or not from constants, more than MAX_ROWS rows."""
+    """The rewrite (see the module docstring); None where it does not apply: operands
+    not float32/bfloat16/float16, B batched, small or not from constants, more than
+    MAX_ROWS rows."""
     if op.name != "matmul":
         return None
     at = op.attributes
     a, b = op.inputs
-    if a.dtype is not dtypes.float32 or b.dtype is not dtypes.float32 or at.get("b_batched"):
+    if any(t.dtype not in PREPACK_DTYPES for t in (a, b, op.outputs[0])) or at.get("b_batched"):
         return None
     rows = int(at["m"]) * (int(at["batch"]) if at.get("a_batched") else 1)
     if rows > MAX_ROWS or rows < 1 or int(at["k"]) * int(at["n"]) < MIN_WEIGHT_ELEMENTS \

@@ -1,5 +1,10 @@
-"""The CPU fp32 matmul template: packed panels, a SIMD register-blocked micro-kernel,
+"""The CPU matmul template: packed panels, a SIMD register-blocked micro-kernel,
 cache blocking and OpenMP threads, written in the script DSL with task mappings.
+
+Operands float32, bfloat16 or float16 (cpu_operand_types.py): the packing loops widen
+half inputs to the float32 panels, C is rounded once at the store. bfloat16 x bfloat16
+on a target with avx512_bf16 builds the pair kernel of cpu_bf16_pairs.py (vdpbf16ps,
+bfloat16 panels) in this loop order instead.
 
 Loop structure of the one kernel (``cpu_kernel``) it generates: one OpenMP parallel
 region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
@@ -42,7 +47,11 @@ from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, scr
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
+from hidet_plugin_matmul.cpu_operand_types import (
+    FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
+)
 from hidet_plugin_matmul.cpu_space import cpu_matmul_space, target_facts
 from hidet_plugin_matmul.operators import OPERATOR, MatmulOperands
 
@@ -120,12 +129,20 @@ def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], bpack: int, ap
 
 
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
-                     name: str = "matmul_cpu_packed") -> ScheduledTask:
+                     name: str = "matmul_cpu_packed", operand_dtypes: tuple = FLOAT32_OPERANDS) -> ScheduledTask:
+    """`operand_dtypes`: the element types of A, B and C (`operand_annotations`)."""
+    ta, tb, tc = operand_annotations(operand_dtypes)
     if params.get("bpack", "full") == "block":
-        return _build_block(attributes, params, target, name)
+        return _build_block(attributes, params, target, name, (ta, tb, tc))
     p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
-    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     ops = MatmulOperands(attributes)
+    if pairs_apply(target, operand_dtypes, params):   # bfloat16 pairs, vdpbf16ps (cpu_bf16_pairs.py)
+        kc = p["kc"] + p["kc"] % 2
+        p = dict(p, kc=kc, k_blocks=_ceil_div(p["k"] + p["k"] % 2, kc))
+        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
+                                     p["mr"] * p["nr"])
+        return build_bf16_pairs(p, ops, params, name, tc, part_of)
+    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     batch, b_batched = ops.batch, ops.b_batched
     a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
@@ -145,7 +162,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
                                      workers * bpack_size, workers * cpart_size)
 
     @script
-    def matmul_cpu_packed(a: f32[ops.a_shape], b: f32[ops.b_shape], c: f32[ops.c_shape], bpack: f32[workers * bpack_size],
+    def matmul_cpu_packed(a: ta[ops.a_shape], b: tb[ops.b_shape], c: tc[ops.c_shape], bpack: f32[workers * bpack_size],
                           apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
@@ -244,7 +261,7 @@ def _block_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], worker
 
 
 def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
-                 name: str) -> ScheduledTask:
+                 name: str, annotations: tuple) -> ScheduledTask:
     """The ``bpack="block"`` variant (GotoBLAS-like loop order, for short M and batches):
 
         parallel over workers w: for each of w's items (batch entry bi, N sub-block sb):
@@ -260,6 +277,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     and re-reads a K x nsub copy). Items are whole (batch entry, sub-block) pairs, so a
     batch is spread over the workers without both packing the same A rows."""
     p, lanes, vec = _plan_and_vector(_block_plan, attributes, params, target)
+    ta, tb, tc = annotations
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     ops = MatmulOperands(attributes)
     a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
@@ -277,7 +295,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                      workers * bblk_size, workers * cpart_size)
 
     @script
-    def matmul_cpu_block(a: f32[ops.a_shape], b: f32[ops.b_shape], c: f32[ops.c_shape], bblk: f32[workers * bblk_size],
+    def matmul_cpu_block(a: ta[ops.a_shape], b: tb[ops.b_shape], c: tc[ops.c_shape], bblk: f32[workers * bblk_size],
                          apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
@@ -345,7 +363,8 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
 
 
 class CpuPackedMatmul(Template):
-    """fp32 matmul on the CPU: packed panels + SIMD micro-kernel + cache blocks + OpenMP."""
+    """float32/bfloat16/float16 matmul on the CPU (float32 accumulation): packed panels +
+    SIMD micro-kernel + cache blocks + OpenMP."""
 
     name = "matmul.cpu_packed"
     operator = OPERATOR
@@ -354,10 +373,10 @@ class CpuPackedMatmul(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+        return all(t.dtype.name in OPERAND_DTYPES for t in list(task.inputs) + list(task.outputs))
 
     def space(self, target: Any, level: int) -> list[dict]:
         return cpu_matmul_space(target, level)
 
     def build(self, task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any) -> ScheduledTask:
-        return build_cpu_matmul(attributes, params, target)
+        return build_cpu_matmul(attributes, params, target, operand_dtypes=task_operand_dtypes(task))

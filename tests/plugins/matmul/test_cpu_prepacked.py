@@ -131,9 +131,12 @@ def test_rule_declines_where_it_does_not_apply(rng):
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, hf.constant(weights[:, :255])).producer) is None
     y = hf.ops.matmul(x, hf.symbol((k, n), "float32"))  # B is a graph input, not a constant
     assert cpu_prepack.prepack_constant_b(y.producer) is None
-    x16 = hf.symbol((2, k), "float16")                 # not float32
-    y = hf.ops.matmul(x16, hf.constant(weights.astype(np.float16)))
+    x64 = hf.symbol((2, k), "float64")                 # not float32, bfloat16 or float16
+    y = hf.ops.matmul(x64, hf.constant(weights.astype(np.float64)))
     assert cpu_prepack.prepack_constant_b(y.producer) is None
+    x16 = hf.symbol((2, k), "float16")                 # half weights: widened to float32 panels
+    y = hf.ops.matmul(x16, hf.constant(weights.astype(np.float16)))
+    assert cpu_prepack.prepack_constant_b(y.producer)[0].producer.inputs[1].dtype.name == "float32"
     # B transposed from a constant is still "from constants" (folding will make it one)
     wt = hf.ops.transpose(hf.constant(np.ascontiguousarray(weights.T)), [1, 0])
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, wt).producer) is not None
