@@ -21,11 +21,11 @@ each addition rounded to nearest even, whatever MXCSR says, with denormal inputs
 results flushed to zero. So the accumulation error is that of a float32 sum of K terms
 (at most K * 2^-24 * sum |a b| to first order) plus at most 2^-126 per flushed step.
 
-The instruction is emitted by inline assembly in a primitive (``dpbf16_f32x16``), not
-through ``_mm512_dpbf16_ps``: the generated C does not include immintrin.h, and gcc's
-builtin changed its operand type between releases (short vectors in gcc 12, __bf16
-vectors from 13), where ``asm`` with ``v`` operands (any 512-bit vector register) builds
-the same on both. AMX (``amx_bf16``, tiles of 16 rows x 32 bfloat16 pairs, ``tdpbf16ps``)
+The instruction is a primitive with two spellings, not ``_mm512_dpbf16_ps`` (the
+generated C does not include immintrin.h): gcc's builtin where the compiler is gcc 12 or
+older (it keeps the accumulators in registers), inline assembly with ``v`` operands
+elsewhere, because the builtin's operand type changed in gcc 13 (short vectors, then
+__bf16 vectors) and ``asm`` builds the same on every compiler (`dpbf16_spelling`). AMX (``amx_bf16``, tiles of 16 rows x 32 bfloat16 pairs, ``tdpbf16ps``)
 is not built here: this machine has none to run it (docs/perf_notes.md, session 15).
 """
 from __future__ import annotations
