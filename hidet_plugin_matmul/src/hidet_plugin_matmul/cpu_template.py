@@ -4,7 +4,8 @@ cache blocking and OpenMP threads, written in the script DSL with task mappings.
 Operands float32, bfloat16 or float16 (cpu_operand_types.py): the packing loops widen
 half inputs to the float32 panels, C is rounded once at the store. bfloat16 x bfloat16
 on a target with avx512_bf16 builds the pair kernel of cpu_bf16_pairs.py (vdpbf16ps,
-bfloat16 panels) in this loop order instead.
+bfloat16 panels) in this loop order instead, and on a target with amx_tile and amx_bf16
+the tile kernel of cpu_amx_tiles.py (tdpbf16ps, 32 x 32 blocks of C).
 
 Loop structure of the one kernel (``cpu_kernel``) it generates: one OpenMP parallel
 region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
@@ -47,6 +48,7 @@ from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, scr
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_amx_tiles import amx_apply, amx_plan_params, build_amx_tiles
 from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_operand_types import (
@@ -134,8 +136,15 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     ta, tb, tc = operand_annotations(operand_dtypes)
     if params.get("bpack", "full") == "block":
         return _build_block(attributes, params, target, name, (ta, tb, tc))
-    p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
     ops = MatmulOperands(attributes)
+    if amx_apply(target, operand_dtypes, params):     # bfloat16 tiles, tdpbf16ps (cpu_amx_tiles.py)
+        amx_params = amx_plan_params(params)
+        p = _shape_plan(attributes, amx_params, int(params.get("workers", target_facts(target)["cores"])))
+        p = dict(p, kc=min(amx_params["kc"], -(-p["k"] // 32) * 32))    # no deeper than K padded
+        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
+                                     p["mr"] * p["nr"])
+        return build_amx_tiles(p, ops, params, name, tc, part_of)
+    p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
     if pairs_apply(target, operand_dtypes, params):   # bfloat16 pairs, vdpbf16ps (cpu_bf16_pairs.py)
         kc = p["kc"] + p["kc"] % 2
         p = dict(p, kc=kc, k_blocks=_ceil_div(p["k"] + p["k"] % 2, kc))
