@@ -11,7 +11,7 @@ import platform
 
 from hidet_framework.backend.contract import Target
 
-__all__ = ["detect_cpu_target", "read_cpu_flags", "vector_bits_from_flags", "read_cache_sizes", "forced_isa",
+__all__ = ["detect_cpu_target", "amx_permission", "read_cpu_flags", "vector_bits_from_flags", "read_cache_sizes", "forced_isa",
            "isa_compiler_flags", "ISA_ENV"]
 
 # ``HIDET_FRAMEWORK_CPU_ISA=avx2`` builds AVX2 code on an AVX-512 machine (the target
@@ -114,6 +114,30 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# Linux gives a process the AMX tile data state (XFEATURE_XTILEDATA, 18) only on request:
+# arch_prctl(ARCH_REQ_XCOMP_PERM, 18); until then the first tile instruction raises SIGILL.
+# The permission is per process (all its threads, inherited on fork), and the kernels run
+# in this process, so the target reports AMX flags only where the request succeeded.
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+@functools.lru_cache(maxsize=None)
+def amx_permission() -> bool:
+    """Whether this process may use AMX tiles: asks Linux (x86-64) once; False on any
+    failure (an older kernel, another OS, a seccomp filter, no libc through ctypes)."""
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        return libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
+                            ctypes.c_long(_XFEATURE_XTILEDATA)) == 0
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def detect_cpu_target() -> Target:
     """This machine's CPU target (read once per process)."""
@@ -124,6 +148,9 @@ def detect_cpu_target() -> Target:
         dropped = _FORCED[isa][0]
         flags = tuple(f for f in flags if not f.startswith(dropped))
         model = f"{model} [forced {isa}]"
+    if any(f.startswith("amx") for f in flags) and not amx_permission():
+        flags = tuple(f for f in flags if not f.startswith("amx"))   # refused: no AMX kernels
+        model = f"{model} [amx not permitted]"
     props = {
         "cores": usable_cores(),
         "vector_bits": vector_bits_from_flags(flags),
