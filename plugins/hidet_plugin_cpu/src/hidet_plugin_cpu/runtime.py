@@ -178,6 +178,12 @@ class CpuLoadedModule(LoadedModule):
     def __init__(self, path: str, signatures: Sequence[FunctionSignature],
                  symbols: Mapping[str, str] | None = None) -> None:
         self.path = path
+        # On an AMX machine, the tile permission (target.amx_permission) is requested
+        # before any kernel of this library runs, also for libraries loaded from a saved
+        # model in a process that built nothing (once per process: cached).
+        from hidet_plugin_cpu.target import detect_cpu_target
+
+        detect_cpu_target()
         # The checked bytes of the file, loaded from a private copy: nothing reopens
         # `path` between the ownership/mode/hash checks and dlopen (private_files.py).
         self._lib = load_library_bytes(read_artifact(path), os.path.basename(path))
