@@ -5,6 +5,11 @@ our float32 and numpy's float32 (and torch's bfloat16 when torch is installed).
     python bench/matmul_bf16.py --threads 2 --shapes 512x1024x1024,1x4096x4096c
     HIDET_FRAMEWORK_CPU_ISA=avx2 python bench/matmul_bf16.py --threads 2
 
+Where the machine has AMX (amx_tile and amx_bf16, tile permission granted), "bf16 ours"
+is the AMX tile kernel (cpu_amx_tiles.py) and a row "bf16 pairs" adds the vdpbf16ps
+pair kernel on the same operands (the packed template built for this target less its
+amx flags; shapes with a variable B only).
+
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]); a trailing ``c`` makes B a constant
 of the graph (short M then takes the prepacked GEMV path). Every variant is compiled
 through ``hf.compile`` (space 0: the default candidate), then the variants are timed
@@ -37,6 +42,29 @@ def _pin(threads: int) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def _without_amx_call(a, w, m: int, n: int, k: int):
+    """(call, output) of the packed template's default candidate built for this
+    machine's target less its amx flags (the pair kernel where avx512_bf16 is there)."""
+    import numpy as np
+
+    from hidet_framework.backend.contract import Target
+    from hidet_framework.runtime.compiled_task import compile_scheduled
+    from hidet_plugin_cpu import CpuBackend
+    from hidet_plugin_matmul.cpu_template import CpuPackedMatmul
+    from hidet_plugin_matmul.operators import matmul_task
+
+    backend = CpuBackend()
+    full = backend.detect_target()
+    target = Target(full.kind, full.arch, dict(full.properties,
+                                               flags=tuple(f for f in full.get("flags", ()) if not f.startswith("amx"))))
+    packed = CpuPackedMatmul()
+    task, attributes = matmul_task((m, k), (k, n), "bfloat16")
+    compiled = compile_scheduled(task, packed.build(task, attributes, packed.space(target, 0)[0], target),
+                                 backend, target)
+    c = np.empty((m, n), np.uint16)
+    return (lambda: compiled.run([a, w], [c])), c
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -59,8 +87,11 @@ def main() -> None:
             torch.set_num_threads(args.threads)
         except ImportError:
             torch = None
+    from hidet_plugin_cpu.target import detect_cpu_target
+
+    amx = {"amx_tile", "amx_bf16"} <= set(detect_cpu_target().get("flags", ()))
     rng = np.random.default_rng()
-    print(f"threads {args.threads}, ISA env {os.environ.get('HIDET_FRAMEWORK_CPU_ISA', 'native')}, "
+    print(f"amx {'yes (bf16 ours = AMX tiles)' if amx else 'no'}, threads {args.threads}, ISA env {os.environ.get('HIDET_FRAMEWORK_CPU_ISA', 'native')}, "
           f"load {os.getloadavg()[0]:.2f}, torch {torch.__version__ if torch else '-'}")
     print(f"{'shape':>16} {'variant':>10} {'ms':>9} {'vs f32 ours':>12} {'source':>18} {'max rel err':>12}")
     for text in args.shapes.split(","):
@@ -92,6 +123,13 @@ def main() -> None:
             got = ((out.astype(np.uint32) << 16).view(np.float32) if dtype == "bfloat16" else out).astype(np.float64)
             errors[dtype] = float(np.abs(got - ref).max() / np.abs(ref).max())
             variants[LABELS[dtype]] = call
+        if amx and not constant_b:
+            call, out = _without_amx_call(a_bf, w_bf, m, n, k)
+            call()
+            got = (out.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+            errors["bf16 pairs"], sources["bf16 pairs"] = float(np.abs(got - ref_bf).max() / np.abs(ref_bf).max()), \
+                "matmul.cpu_packed"
+            variants["bf16 pairs"] = call
         variants["f32 numpy"] = lambda: np.matmul(a32, w32)
         if torch is not None:
             ta, tw = torch.from_numpy(a32).bfloat16(), torch.from_numpy(w32).bfloat16()
@@ -107,6 +145,7 @@ def main() -> None:
                 times[name].append(time.perf_counter() - started)
         base = statistics.median(times[LABELS["float32"]])
         ours = {label: dtype for dtype, label in LABELS.items()}
+        ours["bf16 pairs"] = "bf16 pairs"
         for name, ts in times.items():
             med = statistics.median(ts)
             dtype = ours.get(name)
