@@ -7,9 +7,11 @@ accumulators, reduce-row lanes). The generated C of those defaults is then compi
 for that machine's ISA (``-march=haswell`` / ``sapphirerapids`` / ``x86-64``
 instead of ``native``) and the assembly checked for the registers that ISA has: an
 AVX2 build must not touch a zmm register, an SSE build not even a ymm one. There is
-no AMX template: an AMX machine gets the AVX-512 defaults (its amx flags stay in the
-target's flags, so its builds are keyed apart); ``HIDET_FRAMEWORK_CPU_ISA=avx2`` on
-it drops both.
+AMX matmul candidate space of its own: an AMX machine gets the AVX-512 defaults (its
+amx flags stay in the target's flags, so its builds are keyed apart, and the packed
+template builds bfloat16 x bfloat16 with tiles: cpu_amx_tiles.py), provided Linux grants
+the process the tile permission (faked granted here; refused: the amx flags are
+dropped); ``HIDET_FRAMEWORK_CPU_ISA=avx2`` on it drops avx512 and amx.
 """
 from __future__ import annotations
 
@@ -58,11 +60,12 @@ def faked_target(tmp_path, monkeypatch):
     """detect_cpu_target() as it reads on the named machine."""
     read_flags, read_cache = cpu_target.read_cpu_flags, cpu_target.read_cache_sizes
 
-    def make(name, machine="x86_64"):
+    def make(name, machine="x86_64", permitted=True):
         info, cache = _fake_machine(tmp_path, name)
         monkeypatch.setattr(cpu_target, "read_cpu_flags", lambda path="/proc/cpuinfo": read_flags(info))
         monkeypatch.setattr(cpu_target, "read_cache_sizes", lambda path="": read_cache(cache))
         monkeypatch.setattr(cpu_target.platform, "machine", lambda: "aarch64" if name.startswith("arm") else machine)
+        monkeypatch.setattr(cpu_target, "amx_permission", lambda: permitted)
         cpu_target.detect_cpu_target.cache_clear()
         return cpu_target.detect_cpu_target()
     yield make
@@ -103,9 +106,16 @@ def test_defaults_follow_the_vector_width(faked_target, monkeypatch):
     # AVX-512: 14 x 32 with its A micro-panel in L1 (a B micro-panel only 128 deep)
     assert seen["zen3_avx2"][:3] + seen["zen3_avx2"][4:] == (6, 2, 256, "b_in_l1"), seen
     assert seen["zen4_avx512"][:3] + seen["zen4_avx512"][4:] == (14, 2, 288, "a_in_l1"), seen
-    assert seen["spr_amx"][:2] == seen["zen4_avx512"][:2]        # no AMX template: the AVX-512 default
+    assert seen["spr_amx"][:2] == seen["zen4_avx512"][:2]        # the AVX-512 default (AMX kernels override mr, nr)
     assert seen["spr_amx"][4] == "a_in_l1"                       # 48K L1: a B micro-panel 192 deep, < 256
     assert seen["spr_amx"][2] > seen["zen4_avx512"][2]           # 48K L1: deeper k blocks
+
+
+def test_amx_flags_dropped_where_the_tile_permission_is_refused(faked_target, monkeypatch):
+    monkeypatch.delenv(cpu_target.ISA_ENV, raising=False)
+    t = faked_target("spr_amx", permitted=False)
+    assert not any(f.startswith("amx") for f in t["flags"]) and "avx512_bf16" in t["flags"]
+    assert t["model"].endswith("[amx not permitted]")
 
 
 def test_forced_avx2_on_an_amx_machine_drops_avx512_and_amx(faked_target, monkeypatch):
