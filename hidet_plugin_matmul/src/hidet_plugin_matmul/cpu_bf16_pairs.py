@@ -25,8 +25,8 @@ The instruction is a primitive with two spellings, not ``_mm512_dpbf16_ps`` (the
 generated C does not include immintrin.h): gcc's builtin where the compiler is gcc 12 or
 older (it keeps the accumulators in registers), inline assembly with ``v`` operands
 elsewhere, because the builtin's operand type changed in gcc 13 (short vectors, then
-__bf16 vectors) and ``asm`` builds the same on every compiler (`dpbf16_spelling`). AMX (``amx_bf16``, tiles of 16 rows x 32 bfloat16 pairs, ``tdpbf16ps``)
-is not built here: this machine has none to run it (docs/perf_notes.md, session 15).
+__bf16 vectors) and ``asm`` builds the same on every compiler (`dpbf16_spelling`). Where the target also has AMX
+(``amx_tile`` and ``amx_bf16``), cpu_amx_tiles.py's tile kernel is built instead.
 """
 from __future__ import annotations
 

@@ -139,8 +139,8 @@ def test_amx_runs_against_float64(amx, rng, a_shape, b_shape):
     b = _half(rng.standard_normal(b_shape), "bfloat16")
     for params in (default, dict(default, order="b_in_l1"), dict(default, kc=32, mc=32, nsub=32),
                    dict(default, workers=1)):
+        assert TILE_CALL in _source(target, shape=(a_shape, b_shape), params=params)   # the tile kernel runs
         scheduled = PACKED.build(task, attributes, params, target)
-        assert scheduled.module is not None
         compiled = compile_scheduled(task, scheduled, backend, target)
         c = _poisoned(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]), "bfloat16")
         compiled.run([a, b], [c])
