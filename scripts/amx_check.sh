@@ -36,7 +36,7 @@ install_project() {
 
 cpu_facts() {
   lscpu | grep -m1 'Model name'
-  echo "lscpu amx flags: $(lscpu | grep -o 'amx[a-z_0-9]*' | sort -u | tr '\n' ' ')"
+  echo "lscpu amx flags:"; lscpu | grep -o 'amx[a-z_]*' 
   nproc
   "$PY" -c "
 from hidet_plugin_cpu.target import amx_permission, detect_cpu_target
@@ -48,8 +48,10 @@ print('detected amx flags:', [f for f in t.get('flags', ()) if f.startswith('amx
 
 step install check.log install_project
 step cpu check.log cpu_facts
-XDIST=(); "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)   # addopts (-n auto) dropped: xdist may be absent
-step pytest check.log timeout 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= "${XDIST[@]}" -rs \
+# pyproject's addopts less its -n auto (xdist may be absent there); -n 8 where it is present
+XDIST=(-p no:xdist); "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+step pytest check.log timeout 120 "$PY" -m pytest -q -p no:cacheprovider \
+  -o addopts="-ra --strict-markers --import-mode=importlib" "${XDIST[@]}" -rs \
   tests/plugins/matmul/test_cpu_amx.py tests/plugins/matmul/test_cpu_half_operands.py
 step emulated check.log timeout 40 "$PY" scripts/amx_emulate.py
 SHAPES="${AMX_CHECK_SHAPES:-1024x1024x1024,128x4096x1024,31x4096x4096c}"
