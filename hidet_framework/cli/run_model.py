@@ -79,8 +79,10 @@ def run(model: str, target: str, space: int | None, dtype: str, input_shapes: tu
 
     try:
         if os.path.isdir(model):
+            _refuse_compile_options(model)
             start = time.perf_counter()
             fn = hf.load_compiled(model)
+            _refuse_other_target(model, target, fn.target)
             _say(f"loaded the compiled model {model} ({time.perf_counter() - start:.1f} s, nothing compiled)")
             source, load_s, compile_s = _saved_source(model), 0.0, 0.0
             specs = [(n, s, d) for n, s, d in fn.inputs]
@@ -122,6 +124,29 @@ def run(model: str, target: str, space: int | None, dtype: str, input_shapes: tu
         _save(fn, save_dir, source)
     if failed:
         sys.exit(1)
+
+
+# A saved model is compiled already: options that only steer compiling cannot apply to
+# it, and ignoring them would run something other than what the user asked for.
+_COMPILE_ONLY = {"space": "--space", "dtype": "--dtype", "input_shapes": "--input-shape"}
+
+
+def _refuse_compile_options(folder: str) -> None:
+    context = click.get_current_context()
+    given = [flag for name, flag in _COMPILE_ONLY.items()
+             if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} cannot change {folder}: it is a saved model, compiled already. "
+            f"Compile the .onnx file again with the option instead (hidet-framework compile MODEL.onnx ... "
+            f"--out DIR).")
+
+
+def _refuse_other_target(folder: str, asked: str, compiled_for: Any) -> None:
+    if asked != "auto" and asked != str(compiled_for):
+        raise click.UsageError(f"{folder} was compiled for {compiled_for}; --target {asked} needs the .onnx "
+                               f"file compiled again (hidet-framework compile MODEL.onnx --target {asked} "
+                               f"--out DIR).")
 
 
 def _values(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -50,6 +50,22 @@ def test_compile_then_run_the_folder_with_inputs(example, tmp_path):
     assert result.exit_code != 0 and "has no array 'image'" in result.output
 
 
+@pytest.mark.parametrize("options, says", [
+    (["--input-shape", "image=1x3x64x64"], "--input-shape cannot change"),
+    (["--space", "0"], "--space cannot change"),
+    (["--dtype", "float32"], "--dtype cannot change"),
+    (["--target", "cuda"], "was compiled for cpu; --target cuda"),
+])
+def test_a_saved_model_refuses_options_that_only_steer_compiling(example, tmp_path, options, says):
+    folder = str(tmp_path / "out")
+    assert CliRunner().invoke(main, ["compile", example, "--target", "cpu", "--out", folder]).exit_code == 0
+    result = CliRunner().invoke(main, ["run", folder, *options])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output
+    for fine in (["--target", "cpu"], ["--target", "auto"], []):
+        result = CliRunner().invoke(main, ["run", folder, *fine])
+        assert result.exit_code == 0 and "nothing compiled" in result.output, result.output
+
+
 def test_bad_input_shape_option_and_bad_model(example, tmp_path):
     result = CliRunner().invoke(main, ["run", example, "--input-shape", "image=1x3xa"])
     assert result.exit_code != 0 and "NAME=1x3x224x224" in result.output
