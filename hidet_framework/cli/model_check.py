@@ -118,12 +118,23 @@ def check_against_reference(model_path: str, specs: Sequence[tuple], arrays: Seq
 
         reference = ReferenceEvaluator(model_path).run(None, feed)
         name = "onnx.reference.ReferenceEvaluator"
-    errors = []
-    for ours, ref in zip(outputs, reference):
-        ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        if ours.shape != ref.shape:
-            errors.append(float("inf"))
-            continue
-        scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
-        errors.append(float(np.max(np.abs(ours - ref))) / scale if ref.size else 0.0)
-    return name, errors
+    return name, [relative_error(ours, ref) for ours, ref in zip(outputs, reference)]
+
+
+def relative_error(ours: Any, ref: Any) -> float:
+    """max|ours - ref| over max|ref|, on the elements finite in both (so near-zero
+    elements do not blow it up). NaN and infinities must stand where the reference has
+    them, with the same sign (a model fed NaN gives NaN in both); any other difference
+    in shape or in where the non-finite values are is an infinite error."""
+    ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if ours.shape != ref.shape:
+        return float("inf")
+    finite = np.isfinite(ref)
+    same_nan = np.isnan(ours) == np.isnan(ref)
+    same_inf = np.where(np.isinf(ref), ours == ref, ~np.isinf(ours))
+    if not (np.all(same_nan) and np.all(same_inf)):
+        return float("inf")
+    if not np.any(finite):
+        return 0.0
+    scale = max(float(np.max(np.abs(ref[finite]))), 1e-30)
+    return float(np.max(np.abs(ours[finite] - ref[finite]))) / scale

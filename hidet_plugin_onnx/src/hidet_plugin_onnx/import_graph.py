@@ -107,12 +107,14 @@ def _input_shapes(inputs: list, given: dict[str, Sequence[int]]) -> dict[str, tu
             continue
         if not value_info.type.tensor_type.HasField("shape"):
             raise OnnxImportError(f"graph input {shown(name)} has no declared shape; give it with "
-                                  f"input_shapes={{{name!r}: (...)}}")
+                                  f"input_shapes={{{name!r}: (...)}} (command line: --input-shape {name}=...)")
         for k, d in enumerate(declared):
             if not isinstance(d, int):
+                dims = ['N' if not isinstance(e, int) else str(e) for e in declared]
                 raise OnnxImportError(f"graph input {shown(name)} has the symbolic dimension {k} "
                                       f"({shown(str(d))}) in shape {declared}; give a static shape with "
-                                      f"input_shapes={{{name!r}: ({', '.join('N' if not isinstance(e, int) else str(e) for e in declared)})}}")
+                                      f"input_shapes={{{name!r}: ({', '.join(dims)})}} "
+                                      f"(command line: --input-shape {name}={'x'.join(dims)})")
         shapes[name] = tuple(declared)
     return shapes
 

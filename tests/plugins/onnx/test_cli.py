@@ -139,3 +139,27 @@ def test_run_and_compile_in_float16(example, tmp_path):
     again = CliRunner().invoke(main, ["run", folder, "--check"])
     assert again.exit_code == 0, again.output
     assert "nothing compiled" in again.output and "tolerance 0.01" in again.output and "(ok," in again.output
+
+
+def test_check_compares_non_finite_values_by_position_and_the_rest_relatively():
+    from hidet_framework.cli.model_check import relative_error
+
+    nan, inf = float("nan"), float("inf")
+    ref = np.array([nan, inf, -inf, 4.0, -2.0])
+    assert relative_error(ref + np.array([0, 0, 0, 0.004, 0]), ref) == pytest.approx(1e-3)  # 0.004 / max|4|
+    assert relative_error(np.full(3, nan), np.full(3, nan)) == 0.0  # nothing finite to compare
+    for wrong in ([1.0, inf, -inf, 4.0, -2.0],     # a number where the reference has NaN
+                  [nan, nan, -inf, 4.0, -2.0],     # NaN where it has +inf
+                  [nan, -inf, -inf, 4.0, -2.0],    # the other infinity
+                  [nan, inf, -inf, inf, -2.0],     # an infinity where it is finite
+                  [nan, inf, -inf, nan, -2.0]):    # NaN where it is finite
+        assert relative_error(np.array(wrong), ref) == inf, wrong
+    assert relative_error(np.zeros((2, 3)), np.zeros((3, 2))) == inf
+    assert relative_error(np.zeros(0), np.zeros(0)) == 0.0
+
+
+def test_check_of_a_nan_input_agrees_with_the_reference(example, tmp_path):
+    inputs = tmp_path / "nan.npz"
+    np.savez(inputs, image=np.full((1, 3, 32, 32), np.nan, np.float32))
+    result = CliRunner().invoke(main, ["run", example, "--target", "cpu", "--inputs", str(inputs), "--check"])
+    assert result.exit_code == 0 and "(ok," in result.output, result.output

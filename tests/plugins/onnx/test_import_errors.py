@@ -104,7 +104,8 @@ def test_unknown_dtype(build):
 
 def test_symbolic_dimensions_need_input_shapes(build):
     model = _relu_model(build, ("batch", 3))
-    with pytest.raises(OnnxImportError, match=r"'x' has the symbolic dimension 0 \('batch'\).*input_shapes"):
+    with pytest.raises(OnnxImportError, match=r"'x' has the symbolic dimension 0 \('batch'\).*input_shapes=\{'x': \(N, 3\)\} "
+                       r"\(command line: --input-shape x=Nx3\)"):
         hf.load(model)
     graph = hf.load(model, input_shapes={"x": (5, 3)})
     assert graph.inputs[0].shape == (5, 3)
