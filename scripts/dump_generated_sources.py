@@ -14,6 +14,12 @@ GPU and takes about a minute):
 - the auto-scheduler's kernels of every operator of hidet_plugin_ops, on cpu and cuda;
 - fused graphs (matmul with a prologue and an epilogue, an injective tree) after the
   graph passes: the anchor's default candidate (or the auto-schedule) grafted.
+- the CPU channel-blocked kernels (convolutions reading or writing the blocked layout,
+  max and avg pools, the global mean, the depthwise convolution), which only the CPU
+  rewrite rules make, and the NCHW convolutions and pools: small graphs rewritten as if
+  compiled for each fixed CPU target, each node dumped with its default grafted, and
+  every level-1 candidate of every template serving a convolution or pool node on its own
+  (section ``blocked``, about a minute more).
 
 It only uses public or long-standing entry points, so it runs unchanged on the commit
 before and after a refactoring.
@@ -213,6 +219,111 @@ def main(argv: list[str]) -> int:
         SECTIONS[section](d)
     print(f"wrote {d.count} sources to {argv[0]}")
     return 0
+
+
+# The operators of the channel-blocked family (cpu_blocked.py and the templates behind
+# rules_blocked.py and rules_blocked_chain.py), and the NCHW pools beside them: their
+# candidates are dumped one by one.
+BLOCKED_OPERATORS = ("conv2d_packed", "conv2d_depthwise_blocked", "max_pool2d_blocked", "avg_pool2d_blocked",
+                     "global_mean_blocked", "conv2d", "max_pool2d", "avg_pool2d")
+
+
+def _blocked_graphs() -> dict[str, Any]:
+    """Graphs that the CPU rewrite rules put in the channel-blocked layout (32 and 48
+    channels: whole vectors for 8 and 16 lanes; odd sizes, strides, pads, dilation,
+    ceil mode, both divisors, both mean forms)."""
+    o = hf.ops
+
+    def const(*shape: int) -> Any:
+        count = int(np.prod(shape))
+        return hf.constant((np.linspace(-1, 1, count) / np.sqrt(count / shape[0])).reshape(shape).astype(np.float32))
+
+    def conv(t: Any, out: int, k: int, relu: bool = True, **kw: Any) -> Any:
+        y = o.conv2d(t, const(out, int(t.shape[1]), k, k), const(out), **kw)
+        return o.relu(y) if relu else y
+
+    graphs = {}
+    # ResNet-like: stem 7x7/2 → relu → 3x3/2 max pool → bottleneck with a residual → both global means
+    x = hf.symbol((1, 3, 23, 19), "float32", "x")
+    p = o.max_pool2d(conv(x, 32, 7, stride=2, padding=3), 3, 2, 1)
+    t = conv(conv(p, 32, 1), 32, 3, padding=1)
+    t = o.relu(conv(t, 48, 1, relu=False) + conv(p, 48, 1, relu=False))
+    graphs["stem"] = hf.trace([o.global_avg_pool2d(t), o.reduce_mean(t, axes=(2, 3), keepdims=False)], inputs=[x])
+    # Inception-like: branches (1x1; 3x3; avg pool 3x3/1 counting the image only → 1x1) joined,
+    # then odd pools (dilated max pool → 1x1 → a ragged 40-channel 1x1; ceil-mode avg pool with uneven pads → 1x1)
+    x = hf.symbol((1, 3, 17, 13), "float32", "x")
+    s = conv(x, 32, 3, padding=1)
+    m = o.concat([conv(s, 16, 1), conv(s, 32, 3, padding=1),
+                  conv(o.avg_pool2d(s, 3, 1, 1, count_include_pad=False), 16, 1)], axis=1)
+    a = conv(conv(o.max_pool2d(m, (5, 3), (3, 2), (2, 0, 1, 1), (1, 2)), 40, 1), 32, 1, relu=False)
+    b = conv(o.avg_pool2d(m, (3, 2), (2, 2), (1, 0, 1, 1), ceil_mode=True), 32, 1, relu=False)
+    graphs["inception"] = hf.trace([a, b], inputs=[x])
+    # MobileNet-like inverted residuals: 1x1 → clip → depthwise 3x3 (stride 1, then 2) → clip → 1x1
+    x = hf.symbol((1, 16, 15, 13), "float32", "x")
+    t = x
+    for stride in (1, 2):
+        e = o.clip(conv(t, 32, 1, relu=False), 0.0, 6.0)
+        d = o.clip(o.conv2d(e, const(32, 1, 3, 3), const(32), stride=stride, padding=1, groups=32), 0.0, 6.0)
+        t = conv(d, 16, 1, relu=False)
+    graphs["inverted"] = hf.trace(t, inputs=[x])
+    # NCHW convolutions and pools outside any chain (the pointwise and flat forms, a dilated
+    # stride-2 3x3, depthwise ones with and without a bias; a dilated max pool, an avg pool
+    # in ceil mode counting the image only)
+    x, small = hf.symbol((1, 24, 9, 11), "float32", "x"), hf.symbol((1, 24, 7, 7), "float32", "s")
+    graphs["nchw"] = hf.trace([conv(x, 40, 1), conv(x, 16, 3, stride=2, padding=2, dilation=2), conv(small, 32, 1),
+                               o.conv2d(x, const(24, 1, 3, 3), const(24), stride=2, padding=1, groups=24),
+                               o.conv2d(small, const(48, 1, 3, 3), padding=1, groups=24),
+                               o.max_pool2d(x, (3, 2), (2, 1), (1, 0, 1, 1), (1, 2)),
+                               o.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)], inputs=[x, small])
+    return graphs
+
+
+def dump_blocked_cpu_graphs(d: Dumper) -> None:
+    from hidet_framework.fusion import FusionError, fuse_group
+    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
+    from hidet_framework.runtime.evaluate_task import interpret_task
+    try:
+        from hidet_framework.fusion import FUSION_PASSES, GROUP_ATTRIBUTE
+    except ImportError:  # before the fusion stage owned its partition pass (d2e3505)
+        from hidet_framework.graph.passes import FUSION_PASSES
+        from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
+
+    # the weights are packed by folding constants, as in hf.compile, but through the IR
+    # evaluator: no compiler needed
+    ctx = GraphPassContext(evaluate=interpret_task, target="cpu")
+    backend = plugin_host().backend_for("cpu")
+    for tname, target in (("avx512", CPU_AVX512), ("avx2", CPU_AVX2)):
+        # the rules and the weight packing read the machine through the backend: this target instead
+        backend.detect_target = lambda target=target: target
+        try:
+            for gname, graph in _blocked_graphs().items():
+                fused = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES)
+                for k, op in enumerate(fused.nodes):
+                    group = op.attributes.get(GROUP_ATTRIBUTE)
+                    anchor = group.anchor_member if group is not None else op
+                    scheduled = _schedule_default(anchor.task, anchor.name, dict(anchor.attributes), target)
+                    if group is not None:
+                        try:
+                            scheduled = fuse_group(scheduled, group)
+                        except FusionError as exc:
+                            print(f"blocked {gname}/{k}: fusion fell back: {exc}", file=sys.stderr)
+                            continue
+                    d.write(f"blocked_{tname}_{gname}_{k:02d}_{op.name}", scheduled, target)
+                    if anchor.name not in BLOCKED_OPERATORS:
+                        continue
+                    attributes = dict(anchor.attributes)
+                    for template in plugin_host().templates.templates_for(anchor.name, "cpu"):
+                        if hasattr(template, "applies") and not template.applies(anchor.task, attributes):
+                            continue
+                        for i, params in enumerate(template.bounded_space(target, 1)):
+                            built = template.build(anchor.task, attributes, params, target)
+                            d.write(f"blocked_{tname}_{gname}_{k:02d}_{template.name}_{i:03d}", built, target)
+        finally:
+            del backend.detect_target
+
+
+# a section of its own, registered apart from SECTIONS above (main reads it only when it runs)
+SECTIONS["blocked"] = dump_blocked_cpu_graphs
 
 
 if __name__ == "__main__":

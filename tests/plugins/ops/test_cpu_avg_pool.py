@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
-from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_avg_pool import CpuAvgPool2dRows
+
+from .cpu_candidates import ISAS, check_candidates, isa_target
 
 
 def avg_pool64(x, kernel, stride, pads, ceil_mode, include_pad):
@@ -63,19 +63,11 @@ CASES = [  # x shape, kernel, stride, pads (top, left, bottom, right), ceil mode
 ]
 
 
-def _targets(native):
-    return {"native": native, "avx2": Target("cpu", native.arch, {**native.properties, "vector_bits": 256})}
-
-
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, kernel, stride, pads, ceil_mode, include_pad = case
-    target = _targets(cpu_backend.detect_target())[isa]
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     xs = hf.symbol(x_shape, "float32")
     y = hf.ops.avg_pool2d(xs, kernel, stride, pads, ceil_mode=ceil_mode, count_include_pad=include_pad)
     task, attributes = y.producer.task, dict(y.producer.attributes)
@@ -86,12 +78,8 @@ def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     assert template.applies(task, attributes)
     space = template.space(target, 1)
     assert len(space) == 2
-    for params in space:
-        compiled = compile_scheduled(task, template.build(task, attributes, params, target), cpu_backend, target)
-        out = np.full(ref.shape, np.nan, np.float32)
-        compiled.run([x], [out])
-        assert not np.isnan(out).any(), f"{params}: an output element was never written"
-        np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6, err_msg=f"{case} {isa} {params}")
+    check_candidates(cpu_backend, template, task, attributes, space, target, [x], ref.shape, lambda out, params:
+                     np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6, err_msg=f"{case} {isa} {params}"))
 
 
 def test_the_default_for_avg_pool2d_with_an_epilogue_grafted(rng):

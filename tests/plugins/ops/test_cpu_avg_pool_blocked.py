@@ -19,23 +19,16 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
 from hidet_framework.extension import rules_off
 from hidet_framework.graph.passes.base import GraphPassContext
 from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
-from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_avg_pool_blocked import CpuAvgPool2dBlocked, avg_pool2d_blocked
 from hidet_plugin_ops.cpu_blocked import blocked_lanes, from_blocked
 
+from .cpu_candidates import ISAS, block, check_candidates, isa_target
 from .test_cpu_avg_pool import CASES, avg_pool64
 from .test_cpu_conv import conv64
 from .test_cpu_max_pool import max_pool64
-
-
-def _block(a, lanes):
-    """NCHW (C a multiple of lanes) -> [N, C/L, H, W, L]."""
-    n, c, h, w = a.shape
-    return np.ascontiguousarray(a.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2))
 
 
 def _blocked_pool(xb_shape, kernel, stride, pads, ceil_mode, include_pad):
@@ -48,20 +41,15 @@ def _blocked_pool(xb_shape, kernel, stride, pads, ceil_mode, include_pad):
                               tuple(ref.shape[2:]), include_pad, ceil_mode)
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, kernel, stride, pads, ceil_mode, include_pad = case
-    native = cpu_backend.detect_target()
-    target = native if isa == "native" else Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = blocked_lanes(target)
     n, _, h, w = x_shape
     x = rng.standard_normal((n, 2 * lanes, h, w)).astype(np.float32)     # two channel blocks
-    ref = _block(avg_pool64(x, kernel, stride, pads, ceil_mode, include_pad), lanes)
+    ref = block(avg_pool64(x, kernel, stride, pads, ceil_mode, include_pad), lanes)
     y = _blocked_pool((n, 2, h, w, lanes), kernel, stride, pads, ceil_mode, include_pad)
     assert tuple(y.shape) == ref.shape
     task, attributes = y.producer.task, dict(y.producer.attributes)
@@ -69,12 +57,9 @@ def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     assert template.applies(task, attributes)
     space = template.space(target, 1)
     assert len(space) == 2
-    for params in space:
-        compiled = compile_scheduled(task, template.build(task, attributes, params, target), cpu_backend, target)
-        out = np.full(ref.shape, np.nan, np.float32)
-        compiled.run([_block(x, lanes)], [out])
-        assert not np.isnan(out).any(), f"{params}: an output element was never written"
-        np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6, err_msg=f"{case} {isa} {params}")
+    check_candidates(cpu_backend, template, task, attributes, space, target, [block(x, lanes)], ref.shape,
+                     lambda out, params: np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6,
+                                                                    err_msg=f"{case} {isa} {params}"))
 
 
 def test_refuses_windows_that_count_no_position_and_rows_past_the_buffer():

@@ -22,22 +22,9 @@ from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d
 from hidet_plugin_ops.cpu_depthwise_blocked import CpuDepthwiseBlocked
 
 from .conv_packing import _packed
+from .cpu_candidates import ISAS, isa_target
 from .test_cpu_conv import conv64
 from .test_cpu_conv_depthwise import depthwise64
-
-
-def _targets(native):
-    avx2 = Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    return {"native": native, "avx2": avx2}
-
-
-def _target(cpu_backend, isa, monkeypatch):
-    target = _targets(cpu_backend.detect_target())[isa]
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
-    return target
 
 
 def block64(y, lanes):
@@ -66,11 +53,11 @@ DW_CASES = [  # x shape (NCHW), kernel, stride, pads, dilation, bias
 ]
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", DW_CASES, ids=str)
 def test_depthwise_blocked_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, kernel, stride, pads, dilation, bias = case
-    target = _target(cpu_backend, isa, monkeypatch)
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = cpu_blocked.blocked_lanes(target)
     assert lanes == (8 if isa == "avx2" else target.get("vector_bits") // 32)
     c = x_shape[1]
@@ -112,11 +99,11 @@ CONV_CASES = [  # x shape, w shape, stride, pads, dilation, bias, x blocked, y b
 ]
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=str)
 def test_conv2d_packed_blocked_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, w_shape, stride, pads, dilation, bias, x_blocked, y_blocked = case
-    target = _target(cpu_backend, isa, monkeypatch)
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = cpu_blocked.blocked_lanes(target)
     ob = cpu_conv.block_width(target, w_shape[0])
     x = rng.standard_normal(x_shape).astype(np.float32)

@@ -23,6 +23,7 @@ from hidet_plugin_ops import cpu_conv
 from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, column_tiles, conv_space, max_pixels
 
 from .conv_packing import _packed, _task
+from .cpu_candidates import ISAS, isa_target
 
 TEMPLATE = CpuDirectConv2d()
 
@@ -44,11 +45,6 @@ def conv64(x, w, b, stride, pads, dilation):
     return y + (b.astype(np.float64)[None, :, None, None] if b is not None else 0.0)
 
 
-def _targets(native):
-    avx2 = Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    return {"native": native, "avx2": avx2}
-
-
 CASES = [  # x shape, w shape, stride, pads (top, left, bottom, right), dilation, bias
     ((1, 3, 11, 13), (7, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),
     ((2, 5, 17, 19), (33, 5, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True),
@@ -65,15 +61,11 @@ CASES = [  # x shape, w shape, stride, pads (top, left, bottom, right), dilation
 ]
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, w_shape, stride, pads, dilation, bias = case
-    target = _targets(cpu_backend.detect_target())[isa]
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     ob = cpu_conv.block_width(target, w_shape[0])
     task, attributes, y_shape = _task(x_shape, w_shape, ob, bias, stride, pads, dilation)
     x = rng.standard_normal(x_shape).astype(np.float32)

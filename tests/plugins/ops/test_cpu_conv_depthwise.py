@@ -16,10 +16,11 @@ import pytest
 
 import hidet_framework as hf
 from hidet_framework.backend.contract import Target
-from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_depthwise_conv import (
     LATENCY_CHAINS, CpuDepthwiseConv2d, depthwise_space, phase_geometry, rows_per_item, vectors_per_step,
 )
+
+from .cpu_candidates import ISAS, check_candidates, isa_target
 
 TEMPLATE = CpuDepthwiseConv2d()
 
@@ -70,20 +71,11 @@ CASES = [  # x shape, multiplier, kernel, stride, pads (top, left, bottom, right
 ]
 
 
-def _targets(native):
-    avx2 = Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    return {"native": native, "avx2": avx2}
-
-
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, mult, kernel, stride, pads, dilation, bias = case
-    target = _targets(cpu_backend.detect_target())[isa]
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     task, attributes, y_shape = _task(x_shape, mult, kernel, stride, pads, dilation, bias)
     c = x_shape[1]
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -93,13 +85,13 @@ def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     assert ref.shape == y_shape
     space = depthwise_space(target, 1)
     assert len(space) > 1
-    for params in space:
-        compiled = compile_scheduled(task, TEMPLATE.build(task, attributes, params, target), cpu_backend, target)
-        y = np.full(y_shape, np.nan, np.float32)
-        compiled.run([x, w] + ([b] if bias else []), [y])
-        assert not np.isnan(y).any(), f"{params}: an output element was never written"
+
+    def compare(y, params):
         err = np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30)
         assert err < 1e-5, f"{case} {isa} {params}: relative error {err:.3g}"
+
+    check_candidates(cpu_backend, TEMPLATE, task, attributes, space, target, [x, w] + ([b] if bias else []), y_shape,
+                     compare)
 
 
 def test_tiles_come_from_the_machine():
@@ -185,17 +177,13 @@ POOL_CASES = [  # x shape, kernel, stride, pads, count_include_pad, ceil_mode
 ]
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", POOL_CASES, ids=str)
 def test_avg_pool_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     from hidet_plugin_ops.cpu_depthwise_conv import CpuAvgPool2d
 
     x_shape, kernel, stride, pads, include, ceil_mode = case
-    target = _targets(cpu_backend.detect_target())[isa]
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     xs = hf.symbol(x_shape, "float32")
     y = hf.ops.avg_pool2d(xs, kernel, stride, pads, ceil_mode=ceil_mode, count_include_pad=include)
     task, attributes = y.producer.task, dict(y.producer.attributes)
@@ -204,13 +192,13 @@ def test_avg_pool_candidates_against_float64(cpu_backend, rng, case, isa, monkey
     assert ref.shape == tuple(y.shape)
     template = CpuAvgPool2d()
     assert template.applies(task, attributes)
-    for params in template.space(target, 1):
-        compiled = compile_scheduled(task, template.build(task, attributes, params, target), cpu_backend, target)
-        out = np.full(ref.shape, np.nan, np.float32)
-        compiled.run([x], [out])
-        assert not np.isnan(out).any(), f"{params}: an output element was never written"
+
+    def compare(out, params):
         err = np.abs(out - ref).max() / np.abs(ref).max()
         assert err < 1e-6, f"{case} {isa} {params}: relative error {err:.3g}"
+
+    check_candidates(cpu_backend, template, task, attributes, template.space(target, 1), target, [x], ref.shape,
+                     compare)
 
 
 def test_compiled_graph_uses_the_pool_template(rng):

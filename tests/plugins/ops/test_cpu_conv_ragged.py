@@ -25,7 +25,8 @@ from hidet_plugin_ops.cpu_conv_pointwise import pointwise_tile
 from hidet_plugin_ops.cpu_conv_template import CpuDirectConv2d, last_block_vectors
 
 from .conv_packing import _packed
-from .test_cpu_blocked import _check, _target, block64
+from .cpu_candidates import isa_target
+from .test_cpu_blocked import _check, block64
 from .test_cpu_conv import conv64
 
 TEMPLATE = CpuDirectConv2d()
@@ -44,7 +45,7 @@ CASES = [  # x shape, O, kernel, stride, pads, x blocked, y blocked
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_ragged_last_block_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, o, k, s, pads, x_blocked, y_blocked = case
-    target = _target(cpu_backend, isa, monkeypatch)
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = cpu_blocked.blocked_lanes(target)
     ob = cpu_conv.block_width(target, o)
     # ragged on both ISAs but the 80 (AVX2's 16-channel blocks: 5 whole ones, a control)
@@ -90,7 +91,7 @@ def _source(target, x_shape, o, k, y_lanes, params):
 
 @pytest.mark.parametrize("isa", ["native", "avx2"])
 def test_narrow_kernels_only_where_o_is_ragged(cpu_backend, isa, monkeypatch):
-    target = _target(cpu_backend, isa, monkeypatch)
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = cpu_blocked.blocked_lanes(target)
     ob = 2 * lanes
     first = TEMPLATE.space(target, 0)[0]

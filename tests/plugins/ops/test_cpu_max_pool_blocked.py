@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
 from hidet_framework.extension import rules_off
 from hidet_framework.graph.passes.base import GraphPassContext
 from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
@@ -24,14 +23,9 @@ from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_blocked import blocked_lanes
 from hidet_plugin_ops.cpu_max_pool_blocked import CpuMaxPool2dBlocked, max_pool2d_blocked
 
+from .cpu_candidates import ISAS, block, check_candidates, isa_target
 from .test_cpu_conv import conv64
 from .test_cpu_max_pool import CASES, max_pool64
-
-
-def _block(a, lanes):
-    """NCHW (C a multiple of lanes) -> [N, C/L, H, W, L]."""
-    n, c, h, w = a.shape
-    return np.ascontiguousarray(a.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2))
 
 
 def _blocked_pool(xb_shape, kernel, stride, pads, dilation, ceil_mode):
@@ -51,29 +45,24 @@ def _compile(cpu_backend, y, params, target):
     return compile_scheduled(task, template.build(task, attributes, params, target), cpu_backend, target)
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     x_shape, kernel, stride, pads, dilation, ceil_mode = case
-    native = cpu_backend.detect_target()
-    target = native if isa == "native" else Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = blocked_lanes(target)
     n, _, h, w = x_shape
     x = rng.standard_normal((n, 2 * lanes, h, w)).astype(np.float32)     # two channel blocks
-    ref = _block(max_pool64(x, kernel, stride, pads, dilation, ceil_mode), lanes).astype(np.float32)
+    ref = block(max_pool64(x, kernel, stride, pads, dilation, ceil_mode), lanes).astype(np.float32)
     y = _blocked_pool((n, 2, h, w, lanes), kernel, stride, pads, dilation, ceil_mode)
     assert tuple(y.shape) == ref.shape
-    space = CpuMaxPool2dBlocked().space(target, 1)
+    task, attributes = y.producer.task, dict(y.producer.attributes)
+    template = CpuMaxPool2dBlocked()
+    assert template.applies(task, attributes)
+    space = template.space(target, 1)
     assert len(space) == 2
-    for params in space:
-        out = np.full(ref.shape, np.nan, np.float32)
-        _compile(cpu_backend, y, params, target).run([_block(x, lanes)], [out])
-        assert not np.isnan(out).any(), f"{params}: an output element was never written"
-        np.testing.assert_array_equal(out, ref, err_msg=f"{case} {isa} {params}")
+    check_candidates(cpu_backend, template, task, attributes, space, target, [block(x, lanes)], ref.shape,
+                     lambda out, params: np.testing.assert_array_equal(out, ref, err_msg=f"{case} {isa} {params}"))
 
 
 @pytest.mark.parametrize("pads", [(0, 0, 0, 0), (1, 1, 1, 1)])
@@ -90,8 +79,8 @@ def test_a_nan_in_a_window_is_its_maximum(cpu_backend, pads):
     x[0, lanes - 1, :, 0] = np.nan          # the first column of every row
     y = _blocked_pool((1, 1, 11, 9, lanes), (3, 3), (2, 2), pads, (1, 1), False)
     out = np.zeros(tuple(y.shape), np.float32)
-    _compile(cpu_backend, y, {"rows": 0}, target).run([_block(x, lanes)], [out])
-    ref = _block(max_pool64(x, (3, 3), (2, 2), pads, (1, 1), False), lanes)
+    _compile(cpu_backend, y, {"rows": 0}, target).run([block(x, lanes)], [out])
+    ref = block(max_pool64(x, (3, 3), (2, 2), pads, (1, 1), False), lanes)
     np.testing.assert_array_equal(out, ref.astype(np.float32))
     assert np.isnan(out[0, 0, 0, :, 0]).all() and np.isnan(out[0, 0, :, 0, lanes - 1]).all()
     assert not np.isnan(out[0, 0, 1:, :, 3]).any()

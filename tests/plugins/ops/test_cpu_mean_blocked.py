@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
 from hidet_framework.extension import rules_off
 from hidet_framework.graph.passes.base import GraphPassContext
 from hidet_framework.graph.passes.rewrite_patterns import rewrite_patterns
@@ -24,6 +23,7 @@ from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_blocked import blocked_lanes
 from hidet_plugin_ops.cpu_mean_blocked import CpuGlobalMeanBlocked, global_mean_blocked
 
+from .cpu_candidates import ISAS, isa_target
 from .test_cpu_conv import conv64
 
 @pytest.fixture
@@ -40,17 +40,12 @@ def reduce_plugin():
 CASES = [(1, 2, 7, 7, 0), (2, 3, 5, 11, 5), (1, 1, 1, 1, 0), (3, 2, 13, 3, 1)]
 
 
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("keepdims", [True, False])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_kernel_against_float64(cpu_backend, rng, case, keepdims, isa, monkeypatch):
     n, cb, h, w, short = case
-    native = cpu_backend.detect_target()
-    target = native if isa == "native" else Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-    if isa == "avx2":
-        from hidet_plugin_cpu import build
-
-        monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
+    target = isa_target(cpu_backend, isa, monkeypatch)
     lanes = blocked_lanes(target)
     c = cb * lanes - short
     xb = rng.standard_normal((n, cb, h, w, lanes)).astype(np.float32)

@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
 from hidet_framework.runtime.compiled_task import compile_scheduled
 from hidet_plugin_ops.cpu_blocked import blocked_lanes
 from hidet_plugin_ops.cpu_max_pool import CpuMaxPool2d
 from hidet_plugin_ops.cpu_max_pool_blocked import CpuMaxPool2dBlocked
 
+from .cpu_candidates import ISAS, block, isa_target
 from .test_cpu_max_pool import CASES, max_pool64
-from .test_cpu_max_pool_blocked import _block, _blocked_pool
+from .test_cpu_max_pool_blocked import _blocked_pool
 
 POISON = 12345.0      # the inputs stay in [-4, 4] (and +-inf): no window gives it
 PATTERNS = ["first", "middle", "last", "sprinkled", "plane"]
@@ -65,21 +65,13 @@ def _check(out, ref, what):
     np.testing.assert_array_equal(out, ref.astype(np.float32), err_msg=what)
 
 
-def _avx2(native, monkeypatch):
-    from hidet_plugin_cpu import build
-
-    monkeypatch.setattr(build, "CFLAGS", build.CFLAGS + ("-mno-avx512f",))
-    return Target("cpu", native.arch, {**native.properties, "vector_bits": 256})
-
-
-@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_templates_keep_a_nan(cpu_backend, op_target, rng, case, pattern, isa, monkeypatch):
     if op_target != "cpu":
         pytest.skip("the CPU templates")
-    native = cpu_backend.detect_target()
-    target = native if isa == "native" else _avx2(native, monkeypatch)
+    target = isa_target(cpu_backend, isa, monkeypatch)
     x_shape, kernel, stride, pads, dilation, ceil_mode = case
     y = hf.ops.max_pool2d(hf.symbol(x_shape, "float32"), kernel, stride, pads, dilation, ceil_mode=ceil_mode)
     x = nan_input(rng, case, x_shape[1], pattern, tuple(y.shape[2:]))
@@ -96,13 +88,13 @@ def test_templates_keep_a_nan(cpu_backend, op_target, rng, case, pattern, isa, m
     lanes = blocked_lanes(target)
     n, _, h, w = x_shape
     xw = nan_input(rng, case, 2 * lanes, pattern, tuple(y.shape[2:]))
-    ref = _block(max_pool64(xw, kernel, stride, pads, dilation, ceil_mode), lanes)
+    ref = block(max_pool64(xw, kernel, stride, pads, dilation, ceil_mode), lanes)
     yb = _blocked_pool((n, 2, h, w, lanes), kernel, stride, pads, dilation, ceil_mode)
     task, attributes = yb.producer.task, dict(yb.producer.attributes)
     for params in CpuMaxPool2dBlocked().space(target, 1):
         scheduled = CpuMaxPool2dBlocked().build(task, attributes, params, target)
         out = np.full(ref.shape, POISON, np.float32)
-        compile_scheduled(task, scheduled, cpu_backend, target).run([_block(xw, lanes)], [out])
+        compile_scheduled(task, scheduled, cpu_backend, target).run([block(xw, lanes)], [out])
         _check(out, ref, f"blocked {case} {pattern} {isa} {params}")
 
 

@@ -38,11 +38,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module, static_range
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .cpu_max_pool import column_split, item_blocks, margins
+from .cpu_scheduling import float32_task, one_kernel_task
 
 __all__ = ["CpuAvgPool2dRows", "build_avg_pool", "column_extent", "counted_everywhere"]
 
@@ -134,9 +135,7 @@ def build_avg_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
                                 sf = sf + buf[(p * rb + rr) * rw + ml + col * sw - left + q]
                             y[ni, cb * pb + p, r0 + rr, col] = sf * scale
 
-    return ScheduledTask(script_module(avg_pool2d_cpu_rows, name=name),
-                         (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
-                         source="ops.avg_pool2d_cpu_rows", params=dict(params))
+    return one_kernel_task(avg_pool2d_cpu_rows, name, params)
 
 
 class CpuAvgPool2dRows(Template):
@@ -151,8 +150,7 @@ class CpuAvgPool2dRows(Template):
     priority = 11
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 4 and counted_everywhere(task, attributes)
+        return float32_task(task, rank=4) and counted_everywhere(task, attributes)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

@@ -42,14 +42,15 @@ from hidet_framework.compute import compute, reduce, tensor_input
 from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.ir.expr import cast, const
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module, static_range
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .common import describe, make_operator, require_tensor
 from .cpu_avg_pool import column_extent
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import BUFFER_FLOATS, column_split, margins
+from .cpu_scheduling import balanced_row_blocks, float32_task, one_kernel_task, pool_window
 from .pooling import Window2d, avg_count, output_extent, window_origin
 
 __all__ = ["AVG_POOL_BLOCKED", "avg_pool2d_blocked", "CpuAvgPool2dBlocked", "build_avg_pool_blocked", "fits",
@@ -108,13 +109,8 @@ def fits(task: Any, attributes: Mapping[str, Any]) -> bool:
 
 def build_avg_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
                            target: Any) -> ScheduledTask:
-    x_shape = tuple(int(d) for d in task.inputs[0].shape)
-    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    x_shape, y_shape, (oh, ow), (kh, kw), (sh, sw), _, (top, left) = pool_window(task, attributes)
     n, cbs, h, w, lanes = x_shape
-    oh, ow = y_shape[2], y_shape[3]
-    kh, kw = attributes["kernel"]
-    sh, sw = attributes["stride"]
-    top, left = attributes["pads"][0], attributes["pads"][1]
     counts_h, counts_w = _divisors(attributes, h, w, oh, ow)
     ta, tb, border = column_split(oh, h, kh, sh, 1, top)
     # border rows: (row, taps inside, kh / rows counted); the columns divided otherwise
@@ -123,9 +119,7 @@ def build_avg_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
     inner = 1.0 / (kh * kw)
     ml, mr, _ = margins(ow, w, kw, sw, 1, left, target)
     rw = (ml + w + mr) * lanes
-    rb = min(oh, max(1, int(params.get("rows", 1)) or -(-ITEM_PIXELS // ow)))   # 0: ITEM_PIXELS an item
-    blocks = -(-oh // rb)
-    rb = -(-oh // blocks)              # balanced
+    rb, blocks = balanced_row_blocks(oh, int(params.get("rows", 1)) or -(-ITEM_PIXELS // ow))   # 0: ITEM_PIXELS an item
     item_map = spatial(n, cbs, blocks)
     name = "avg_pool2d_blocked_cpu"
 
@@ -172,9 +166,7 @@ def build_avg_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                                 sf = sf + row[(ml + col * sw - left + q) * lanes + li]
                             y[ni, cb, ohi, col, li] = sf * scale
 
-    return ScheduledTask(script_module(avg_pool2d_blocked_cpu, name=name),
-                         (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
-                         source="ops.avg_pool2d_blocked_cpu", params=dict(params))
+    return one_kernel_task(avg_pool2d_blocked_cpu, name, params)
 
 
 class CpuAvgPool2dBlocked(Template):
@@ -189,8 +181,7 @@ class CpuAvgPool2dBlocked(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 5 and fits(task, attributes)
+        return float32_task(task, rank=5) and fits(task, attributes)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 1}] + ([{"rows": 0}] if level > 0 else [])

@@ -34,7 +34,7 @@ from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.ir.expr import BinaryOp, const, if_then_else, logical_and, var
 
 from .common import describe, load, make_operator, require_tensor
-from .pooling import Window2d, window_origin
+from .pooling import conv_window, window_origin
 
 __all__ = ["TO_BLOCKED", "FROM_BLOCKED", "BLOCKED_PACK", "DEPTHWISE_BLOCKED", "blocked_lanes", "to_blocked",
            "from_blocked", "blocked_pack", "conv2d_depthwise_blocked", "read_padded_at"]
@@ -140,11 +140,7 @@ def conv2d_depthwise_blocked(xb: Tensor, wpk: Tensor, bpk: Tensor | None, stride
         if tuple(bpk.shape) != (cb, lanes):
             raise ShapeError(f"{DEPTHWISE_BLOCKED}: bias must be [{cb}, {lanes}], got {describe(bpk)}")
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
-    out = tuple((xb.shape[2 + d] + padding[d] + padding[d + 2] - dilation[d] * ((kh, kw)[d] - 1) - 1) // stride[d] + 1
-                for d in range(2))
-    if min(out) < 1:
-        raise ShapeError(f"{DEPTHWISE_BLOCKED}: the window is larger than the padded input {describe(xb)}")
-    win = Window2d((kh, kw), stride, dilation, padding, out)
+    win = conv_window(DEPTHWISE_BLOCKED, xb, (kh, kw), stride, padding, dilation)
     xn, wn = tensor_input("xb", xb.dtype, xb.shape), tensor_input("wpk", wpk.dtype, wpk.shape)
     bn = tensor_input("bpk", bpk.dtype, bpk.shape) if bpk is not None else None
     def element(ni, bi, ohi, owi, li):
@@ -159,7 +155,7 @@ def conv2d_depthwise_blocked(xb: Tensor, wpk: Tensor, bpk: Tensor | None, stride
         value = reduce([kh, kw], product, "sum")
         return value + load(bn, [bi, li]) if bn is not None else value
 
-    y = compute("y", [n, cb, out[0], out[1], lanes], element, dtype=xb.dtype)
+    y = compute("y", [n, cb, win.out[0], win.out[1], lanes], element, dtype=xb.dtype)
     inputs = [xb, wpk] + ([bpk] if bpk is not None else [])
     nodes = [xn, wn] + ([bn] if bn is not None else [])
     attributes = {"stride": stride, "padding": padding, "dilation": dilation}

@@ -33,7 +33,7 @@ from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import const, if_then_else
 
 from .common import describe, load, make_operator, require_tensor
-from .pooling import Window2d, read_padded, window_origin
+from .pooling import conv_window, read_padded, window_origin
 from .cpu_blocked import read_padded_at
 
 __all__ = ["PACK_OPERATOR", "PACKED_OPERATOR", "block_width", "pack_conv_weight", "conv2d_packed",
@@ -104,11 +104,7 @@ def conv2d_packed(x: Tensor, packed: Tensor, bias: Tensor | None, out_channels: 
         if bias.shape != (o,) or bias.dtype is not x.dtype:
             raise ShapeError(f"{PACKED_OPERATOR}: bias must be {x.dtype.short}[{o}], got {describe(bias)}")
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
-    out = tuple((x.shape[2 + d] + padding[d] + padding[d + 2] - dilation[d] * ((kh, kw)[d] - 1) - 1) // stride[d] + 1
-                for d in range(2))
-    if min(out) < 1:
-        raise ShapeError(f"{PACKED_OPERATOR}: the window is larger than the padded input {describe(x)}")
-    win = Window2d((kh, kw), stride, dilation, padding, out)
+    win = conv_window(PACKED_OPERATOR, x, (kh, kw), stride, padding, dilation)
     xn, wn = tensor_input("x", x.dtype, x.shape), tensor_input("wp", packed.dtype, packed.shape)
     bn = tensor_input("b", bias.dtype, bias.shape) if bias is not None else None
     acc = dtypes.float32 if x.dtype in (dtypes.float16, dtypes.bfloat16) else x.dtype
@@ -138,9 +134,9 @@ def conv2d_packed(x: Tensor, packed: Tensor, bias: Tensor | None, out_channels: 
             return element(ni, oi, ohi, owi) if o % lanes == 0 else \
                 if_then_else(oi < o, element(ni, oi, ohi, owi), const(0, x.dtype))
 
-        y = compute("y", [n, -(-o // lanes), *out, lanes], blocked, dtype=x.dtype)
+        y = compute("y", [n, -(-o // lanes), *win.out, lanes], blocked, dtype=x.dtype)
     else:
-        y = compute("y", [n, o, *out], element, dtype=x.dtype)
+        y = compute("y", [n, o, *win.out], element, dtype=x.dtype)
     inputs = [x, packed] + ([bias] if bias is not None else [])
     nodes = [xn, wn] + ([bn] if bn is not None else [])
     attributes = {"stride": stride, "padding": padding, "dilation": dilation, "out_channels": o, "ob": ob}

@@ -9,7 +9,7 @@ from typing import Any
 from .cpu_conv import target_lanes
 
 __all__ = ["LINE_FLOATS", "max_pixels", "conv_space", "column_tiles", "last_block_vectors", "next_block_lines",
-           "valid_taps", "channel_block"]
+           "valid_taps", "tile_runs", "channel_block"]
 
 LINE_FLOATS = 16    # float32 values per 64-byte cache line (x86 and Arm cores alike)
 
@@ -87,6 +87,26 @@ def valid_taps(col0: int, width: int, geometry: dict) -> tuple:
     inside the image (a host fact, since tiles are placed while building)."""
     sw, dw, left, w, kw = (geometry[k] for k in ("sw", "dw", "left", "w", "kw"))
     return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
+
+
+def tile_runs(ow: int, owb: int, geometry: dict, make_kernels: Any) -> list[list]:
+    """The column tiles of an output row (`column_tiles`) as runs ``[first column, width,
+    tiles, kernels]``: tiles of one width whose taps lie inside alike (`valid_taps`)
+    share the kernels ``make_kernels(k, width, valid)`` made for the k-th such kind, and
+    neighbouring interior tiles (every tap inside) of one width are one run, a loop in the
+    kernel (the code's size does not grow with the image's width)."""
+    runs, kernels = [], {}
+    for col0, width in column_tiles(ow, owb):
+        valid = valid_taps(col0, width, geometry)
+        key = (width, valid)
+        if key not in kernels:
+            kernels[key] = make_kernels(len(kernels), width, valid)
+        same = runs and runs[-1][3] is kernels[key] and all(all(v) for v in valid)
+        if same and runs[-1][0] + runs[-1][1] * runs[-1][2] == col0:
+            runs[-1][2] += 1
+        else:
+            runs.append([col0, width, 1, kernels[key]])
+    return runs
 
 
 def channel_block(geo: dict, width: int, ob: int) -> int:

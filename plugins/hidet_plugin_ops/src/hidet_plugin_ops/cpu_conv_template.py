@@ -65,15 +65,16 @@ from hidet_framework.lang import (
     address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
     static_range,
 )
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
 from .cpu_conv import PACKED_OPERATOR, target_lanes
 from .cpu_conv_flat import build_flat, flat_applies
 from .cpu_conv_plan import (
-    LINE_FLOATS, channel_block, column_tiles, conv_space, last_block_vectors, max_pixels, next_block_lines, valid_taps,
+    LINE_FLOATS, channel_block, column_tiles, conv_space, last_block_vectors, max_pixels, next_block_lines, tile_runs,
 )
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies, prefetch_read
+from .cpu_scheduling import bias_buffers, float32_task
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles", "last_block_vectors", "max_pixels", "channel_block"]
 
@@ -272,21 +273,10 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
     owb = max(1, min(int(params["owb"]), ow))
     # every output row sees every kernel row: no top padding, the last row's window inside
     static_rows = top == 0 and (oh - 1) * sh + (kh - 1) * dh <= h - 1
-    tiles, kernels = [], {}
-    for col0, width in column_tiles(ow, owb):
-        valid = valid_taps(col0, width, geo)
-        key = (width, valid)
-        if key not in kernels:
-            k = len(kernels)
-            kernels[key] = (_micro_kernel(f"{name}_tile{k}", vec, lanes, nv, ob, width, valid, geo, x_shape, wp_shape,
-                                          static_rows),
-                            _micro_kernel(f"{name}_tile{k}_last", vec, lanes, nv_last, ob, width, valid, geo, x_shape,
-                                          wp_shape, static_rows) if narrow else None)
-        same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
-        if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
-            tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
-        else:
-            tiles.append([col0, width, 1, kernels[key]])
+    tiles = tile_runs(ow, owb, geo, lambda k, width, valid: (
+        _micro_kernel(f"{name}_tile{k}", vec, lanes, nv, ob, width, valid, geo, x_shape, wp_shape, static_rows),
+        _micro_kernel(f"{name}_tile{k}_last", vec, lanes, nv_last, ob, width, valid, geo, x_shape, wp_shape,
+                      static_rows) if narrow else None))
     items = n * blocks * oh
     # work items (n, channel block, output row) in the candidate's order: the task
     # mapping turns an item number into its coordinates
@@ -353,9 +343,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
 
 
 def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], has_bias: bool) -> ScheduledTask:
-    refs = (BufferRef("input", 0), BufferRef("input", 1),
-            BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
-    workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1,)),)
+    refs, workspace = bias_buffers(has_bias, (1,))
     return ScheduledTask(script_module(kernel, name=name), (Launch(name, refs),), workspace,
                          source="ops.conv2d_cpu_direct", params=dict(params),
                          stores_once=True)  # every form: disjoint tiles, each y element stored once
@@ -371,7 +359,7 @@ class CpuDirectConv2d(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+        return float32_task(task)
 
     def space(self, target: Any, level: int) -> list[dict]:
         # the rewrite packs two vectors of output channels (cpu_conv.block_width)

@@ -33,20 +33,17 @@ from hidet_framework.lang import (
     address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
     static_range,
 )
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
 from hidet_framework.tuner.template import Template
 
 from .cpu_blocked import DEPTHWISE_BLOCKED
-from .cpu_conv_template import column_tiles
+from .cpu_conv_plan import tile_runs
 from .cpu_depthwise_conv import _unroll
+from .cpu_scheduling import balanced_row_blocks, bias_buffers, float32_task
 
 __all__ = ["CpuDepthwiseBlocked", "build_depthwise_blocked", "ITEM_PIXELS"]
 
 ITEM_PIXELS = 64     # output pixels an item computes at least (the hand-out's cost shared)
-
-
-def _valid(col0: int, width: int, sw: int, dw: int, left: int, w: int, kw: int) -> tuple:
-    return tuple(tuple(0 <= (col0 + j) * sw - left + q * dw < w for q in range(kw)) for j in range(width))
 
 
 def _tile_kernel(key: str, vec: Any, lanes: int, width: int, valid: tuple, geo: dict, x_shape: tuple,
@@ -90,22 +87,10 @@ def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Ma
     top, left = attributes["padding"][0], attributes["padding"][1]
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     u = max(1, int(params.get("unroll", _unroll(target, kh * kw))))
-    geo = {"kw": kw, "sw": sw, "dw": dw, "dh": dh}
-    tiles, kernels = [], {}
-    for col0, width in column_tiles(ow, u):
-        valid = _valid(col0, width, sw, dw, left, w, kw)
-        key = (width, valid)
-        if key not in kernels:
-            kernels[key] = _tile_kernel(f"conv2d_dw_blocked_tile{len(kernels)}", vec, lanes, width, valid, geo,
-                                        x_shape, w_shape)
-        same = tiles and tiles[-1][3] is kernels[key] and all(all(v) for v in valid)
-        if same and tiles[-1][0] + tiles[-1][1] * tiles[-1][2] == col0:
-            tiles[-1][2] += 1          # a run of interior tiles of one width: one loop
-        else:
-            tiles.append([col0, width, 1, kernels[key]])
-    rb = min(oh, max(1, int(params.get("rows", -(-ITEM_PIXELS // ow)))))
-    blocks = -(-oh // rb)
-    rb = -(-oh // blocks)              # balanced
+    geo = {"kw": kw, "sw": sw, "dw": dw, "dh": dh, "left": left, "w": w}
+    tiles = tile_runs(ow, u, geo, lambda k, width, valid: _tile_kernel(
+        f"conv2d_dw_blocked_tile{k}", vec, lanes, width, valid, geo, x_shape, w_shape))
+    rb, blocks = balanced_row_blocks(oh, int(params.get("rows", -(-ITEM_PIXELS // ow))))
     item_map = spatial(n, cbs, blocks)
     b_shape = (cbs, lanes) if has_bias else (1, 1)
     name = "conv2d_dw_blocked_cpu"
@@ -139,9 +124,7 @@ def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Ma
                                     bias = b[cb, li] if has_bias else 0.0
                                     y[ni, cb, ohi, col0 + j, li] = tile[j * lanes + li] + bias
 
-    refs = (BufferRef("input", 0), BufferRef("input", 1),
-            BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
-    workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1, 1)),)
+    refs, workspace = bias_buffers(has_bias, (1, 1))
     return ScheduledTask(script_module(conv2d_dw_blocked_cpu, name=name), (Launch(name, refs),), workspace,
                          source="ops.conv2d_dw_blocked_cpu", params=dict(params))
 
@@ -156,7 +139,7 @@ class CpuDepthwiseBlocked(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs))
+        return float32_task(task)
 
     def space(self, target: Any, level: int) -> list[dict]:
         u = _unroll(target, 9)

@@ -57,6 +57,8 @@ from hidet_framework.lang import (
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from .cpu_scheduling import bias_buffers, float32_task
+
 __all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space",
            "vectors_per_step"]
 
@@ -271,9 +273,7 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
         refs = (BufferRef("input", 0), BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("output", 0))
         workspace = (WorkspaceSpec("no_weight", "float32", (1,)), WorkspaceSpec("no_bias", "float32", (1,)))
     else:
-        refs = (BufferRef("input", 0), BufferRef("input", 1),
-                BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
-        workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", (1,)),)
+        refs, workspace = bias_buffers(has_bias, (1,))
     return ScheduledTask(script_module(conv2d_depthwise_cpu, name=name), (Launch(name, refs),), workspace,
                          source="ops.avg_pool2d_cpu" if pool else "ops.conv2d_depthwise_cpu", params=dict(params))
 
@@ -288,7 +288,7 @@ class CpuDepthwiseConv2d(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        if not all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)):
+        if not float32_task(task):
             return False
         return is_depthwise(tuple(task.inputs[0].shape), tuple(task.inputs[1].shape), int(attributes["groups"]))
 
@@ -311,8 +311,7 @@ class CpuAvgPool2d(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 4
+        return float32_task(task, rank=4)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return depthwise_space(target, level)

@@ -33,9 +33,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module, static_range
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.schedule.template import Template
+
+from .cpu_scheduling import float32_task, one_kernel_task, pool_window
 
 __all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "margins", "item_blocks", "ITEM_OUTPUTS"]
 
@@ -78,14 +80,8 @@ def margins(ow: int, w: int, kw: int, sw: int, dw: int, left: int, target: Any) 
 
 def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
                    target: Any) -> ScheduledTask:
-    x_shape = tuple(int(d) for d in task.inputs[0].shape)
-    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    x_shape, y_shape, (oh, ow), (kh, kw), (sh, sw), (dh, dw), (top, left) = pool_window(task, attributes)
     n, c, h, w = x_shape
-    oh, ow = y_shape[2], y_shape[3]
-    kh, kw = attributes["kernel"]
-    sh, sw = attributes["stride"]
-    dh, dw = attributes["dilation"]
-    top, left = attributes["pads"][0], attributes["pads"][1]
     ta, tb, border = column_split(oh, h, kh, sh, dh, top)
     ml, mr, rw = margins(ow, w, kw, sw, dw, left, target)
     pb, cblocks, rb, blocks = item_blocks(c, oh, ow, params, rw)
@@ -137,9 +133,7 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
                                 mc = max(buf[(p * rb + rr) * rw + ml + o * sw - left + q * dw], mc)
                             y[ni, cb * pb + p, r0 + rr, o] = mc
 
-    return ScheduledTask(script_module(max_pool2d_cpu, name=name),
-                         (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
-                         source="ops.max_pool2d_cpu", params=dict(params))
+    return one_kernel_task(max_pool2d_cpu, name, params)
 
 
 class CpuMaxPool2d(Template):
@@ -152,8 +146,7 @@ class CpuMaxPool2d(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 4
+        return float32_task(task, rank=4)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

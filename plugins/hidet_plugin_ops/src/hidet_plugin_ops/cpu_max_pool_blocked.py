@@ -33,13 +33,14 @@ from hidet_framework.compute import compute, reduce, tensor_input
 from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.ir.expr import const
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module, static_range
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .common import describe, make_operator, require_tensor
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import column_split
+from .cpu_scheduling import balanced_row_blocks, float32_task, one_kernel_task, pool_window
 from .pooling import Window2d, output_extent, window_origin
 
 __all__ = ["MAX_POOL_BLOCKED", "max_pool2d_blocked", "CpuMaxPool2dBlocked", "build_max_pool_blocked", "ITEM_PIXELS"]
@@ -83,18 +84,10 @@ def max_pool2d_blocked(xb: Tensor, kernel: tuple, stride: tuple, dilation: tuple
 
 def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Mapping[str, Any],
                            target: Any) -> ScheduledTask:
-    x_shape = tuple(int(d) for d in task.inputs[0].shape)
-    y_shape = tuple(int(d) for d in task.outputs[0].shape)
+    x_shape, y_shape, (oh, ow), (kh, kw), (sh, sw), (dh, dw), (top, left) = pool_window(task, attributes)
     n, cbs, h, w, lanes = x_shape
-    oh, ow = y_shape[2], y_shape[3]
-    kh, kw = attributes["kernel"]
-    sh, sw = attributes["stride"]
-    dh, dw = attributes["dilation"]
-    top, left = attributes["pads"][0], attributes["pads"][1]
     a, b, border = column_split(ow, w, kw, sw, dw, left)
-    rb = min(oh, max(1, int(params.get("rows", 0)) or -(-ITEM_PIXELS // ow)))   # 0: the default
-    blocks = -(-oh // rb)
-    rb = -(-oh // blocks)              # balanced
+    rb, blocks = balanced_row_blocks(oh, int(params.get("rows", 0)) or -(-ITEM_PIXELS // ow))   # 0: the default
     item_map = spatial(n, cbs, blocks)
     lowest = float("-inf")
     name = "max_pool2d_blocked_cpu"
@@ -146,9 +139,7 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                                 mb = max(row[(col * sw - left + taps[t] * dw) * lanes + li], mb)
                             y[ni, cb, ohi, col, li] = mb
 
-    return ScheduledTask(script_module(max_pool2d_blocked_cpu, name=name),
-                         (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
-                         source="ops.max_pool2d_blocked_cpu", params=dict(params))
+    return one_kernel_task(max_pool2d_blocked_cpu, name, params)
 
 
 class CpuMaxPool2dBlocked(Template):
@@ -161,8 +152,7 @@ class CpuMaxPool2dBlocked(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 5
+        return float32_task(task, rank=5)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

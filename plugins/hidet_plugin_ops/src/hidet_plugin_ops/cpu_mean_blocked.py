@@ -27,11 +27,12 @@ from typing import Any, Mapping
 
 from hidet_framework.compute import compute, reduce, tensor_input
 from hidet_framework.graph import ShapeError, Tensor
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask
+from hidet_framework.lang import attrs, f32, local_tensor, parallel, script
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.schedule.template import Template
 
 from .common import describe, load, make_operator, require_tensor
+from .cpu_scheduling import float32_task, one_kernel_task
 
 __all__ = ["MEAN_BLOCKED", "global_mean_blocked", "CpuGlobalMeanBlocked", "build_mean_blocked"]
 
@@ -66,42 +67,28 @@ def build_mean_blocked(task: Any, attributes: Mapping[str, Any], params: Mapping
     c = y_shape[1]
     count = float(h * w)
     zero = 0.0
+    keepdims = len(y_shape) == 4      # y [N, C, 1, 1], else [N, C] (a host condition: one store is traced)
     name = "global_mean_blocked_cpu"
 
-    if len(y_shape) == 4:
-        @script
-        def global_mean_blocked_cpu(x: f32[x_shape], y: f32[y_shape]):
-            attrs.func_kind = "cpu_kernel"
-            attrs.func_name = name
-            for item in parallel(n * cbs):
-                acc = local_tensor(f32, [lanes])
-                for li in range(lanes):
-                    acc[li] = zero
-                for hi in range(h):
-                    for wi in range(w):
-                        for li in range(lanes):
-                            acc[li] = acc[li] + x[item / cbs, item % cbs, hi, wi, li]
-                for li in range(min(lanes, c - item % cbs * lanes)):
+    @script
+    def global_mean_blocked_cpu(x: f32[x_shape], y: f32[y_shape]):
+        attrs.func_kind = "cpu_kernel"
+        attrs.func_name = name
+        for item in parallel(n * cbs):
+            acc = local_tensor(f32, [lanes])
+            for li in range(lanes):
+                acc[li] = zero
+            for hi in range(h):
+                for wi in range(w):
+                    for li in range(lanes):
+                        acc[li] = acc[li] + x[item / cbs, item % cbs, hi, wi, li]
+            for li in range(min(lanes, c - item % cbs * lanes)):
+                if keepdims:
                     y[item / cbs, item % cbs * lanes + li, 0, 0] = acc[li] / count
-    else:
-        @script
-        def global_mean_blocked_cpu(x: f32[x_shape], y: f32[y_shape]):
-            attrs.func_kind = "cpu_kernel"
-            attrs.func_name = name
-            for item in parallel(n * cbs):
-                acc = local_tensor(f32, [lanes])
-                for li in range(lanes):
-                    acc[li] = zero
-                for hi in range(h):
-                    for wi in range(w):
-                        for li in range(lanes):
-                            acc[li] = acc[li] + x[item / cbs, item % cbs, hi, wi, li]
-                for li in range(min(lanes, c - item % cbs * lanes)):
+                else:
                     y[item / cbs, item % cbs * lanes + li] = acc[li] / count
 
-    return ScheduledTask(script_module(global_mean_blocked_cpu, name=name),
-                         (Launch(name, (BufferRef("input", 0), BufferRef("output", 0))),), (),
-                         source="ops.global_mean_blocked_cpu", params=dict(params))
+    return one_kernel_task(global_mean_blocked_cpu, name, params)
 
 
 class CpuGlobalMeanBlocked(Template):
@@ -114,8 +101,7 @@ class CpuGlobalMeanBlocked(Template):
     priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
-            and len(task.inputs[0].shape) == 5
+        return float32_task(task, rank=5)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{}]

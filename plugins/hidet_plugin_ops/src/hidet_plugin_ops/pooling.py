@@ -75,6 +75,17 @@ def window_2d(op: str, x: Tensor, kernel: Any, stride: Any, padding: Any, dilati
     return Window2d(kernel, stride, dilation, pads, tuple(out))
 
 
+def conv_window(op: str, x: Tensor, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple) -> Window2d:
+    """The windows of a convolution over `x`'s H and W (its axes 2 and 3): `stride` and
+    `dilation` (h, w) and `padding` (top, left, bottom, right) resolved, the output
+    extents in floor mode; a ShapeError where the window is larger than the padded input."""
+    out = tuple((x.shape[2 + d] + padding[d] + padding[d + 2] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1
+                for d in range(2))
+    if min(out) < 1:
+        raise ShapeError(f"{op}: the window is larger than the padded input {describe(x)}")
+    return Window2d(kernel, stride, dilation, padding, out)
+
+
 def output_extent(size: int, kernel: int, stride: int, dilation: int, pad_lo: int, pad_hi: int,
                   ceil_mode: bool) -> int | None:
     """Output positions along one axis of `size` inputs (None when the dilated window is
