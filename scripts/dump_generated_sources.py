@@ -15,6 +15,8 @@ GPU and takes a few minutes):
   kernel), bfloat16 and float16 (widened) matmuls. Those kernels are chosen from the
   target's flags alone (the tile permission only matters when a target is detected),
   so they are generated here whatever the CPU;
+- every space-2 candidate of the CPU template of ``matmul_prepacked`` (B packed at
+  compile time: the GEMV / short-GEMM kernel) on a few short-M shapes;
 - the auto-scheduler's kernels of every operator of hidet_plugin_ops, on cpu and cuda;
 - fused graphs (matmul with a prologue and an epilogue, an injective tree) after the
   graph passes: the anchor's default candidate (or the auto-schedule) grafted.
@@ -119,6 +121,31 @@ def dump_matmul_templates(d: Dumper) -> None:
                         d.write(f"tpl_{tname}_{template.name}_{dtype}_{shape_name}_{k:03d}", scheduled, target)
 
 
+# (target name, A's and C's dtype) -> (M, K, N) of matmul_prepacked (B float32 panels)
+PREPACKED_SHAPES = {
+    ("avx512", "float32"): [(1, 97, 131), (5, 77, 31), (13, 1032, 68)],
+    ("avx512", "bfloat16"): [(2, 37, 29)],
+    ("avx2", "float32"): [(3, 29, 43)],
+}
+
+
+def dump_prepacked_templates(d: Dumper) -> None:
+    from hidet_plugin_matmul import cpu_prepack
+
+    targets = {"avx2": CPU_AVX2, "avx512": CPU_AVX512}
+    for template in plugin_host().templates.templates_for(cpu_prepack.PREPACKED_OPERATOR, "cpu"):
+        for (tname, dtype), shapes in PREPACKED_SHAPES.items():
+            target = targets[tname]
+            nr = cpu_prepack.panel_width(target)
+            for m, k, n in shapes:
+                a, b = hf.symbol((m, k), dtype), hf.symbol((k, n), "float32")
+                y = cpu_prepack.matmul_prepacked(a, cpu_prepack.pack_b(b, nr), n)
+                task, attrs = y.producer.task, dict(y.producer.attributes)
+                for index, params in enumerate(template.bounded_space(target, 2)):
+                    scheduled = template.build(task, attrs, params, target)
+                    d.write(f"prepacked_{tname}_{template.name}_{dtype}_{m}x{k}x{n}_{index:03d}", scheduled, target)
+
+
 def _op_cases() -> dict[str, Callable[[], Any]]:
     """One call per ops-plugin operator (odd sizes), building its output tensors."""
     o = hf.ops
@@ -221,7 +248,8 @@ def dump_fused_graphs(d: Dumper) -> None:
                 d.write(f"fused_{tname}_{gname}_{k:02d}_{op.name}", scheduled, target)
 
 
-SECTIONS = {"templates": dump_matmul_templates, "ops": dump_ops_auto_schedule, "fused": dump_fused_graphs}
+SECTIONS = {"templates": dump_matmul_templates, "prepacked": dump_prepacked_templates, "ops": dump_ops_auto_schedule,
+            "fused": dump_fused_graphs}
 
 
 def main(argv: list[str]) -> int:
