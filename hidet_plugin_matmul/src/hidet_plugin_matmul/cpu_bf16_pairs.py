@@ -46,6 +46,7 @@ from hidet_framework.schedule.scheduled_task import ScheduledTask
 
 from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
 from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
+from hidet_plugin_matmul.cpu_microkernel import make_tile_store, packed_partial_at
 
 __all__ = ["pairs_apply", "build_bf16_pairs", "make_pack_b_pairs", "dpbf16_spelling", "DPBF16_BUILTIN", "DPBF16_ASM", "PAIR_BROADCAST"]
 
@@ -103,9 +104,11 @@ def pairs_apply(target: Any, operand_dtypes: tuple, params: Mapping[str, Any]) -
 def _micro_kernel(name: str, mr: int, nr: int, ku: int, k_blocks: int, apack_len: int, bpack_len: int,
                   cpart_len: int, dpbf16: Any):
     """mr x nv float32x16 accumulators over one K block of kpairs pairs; as
-    cpu_microkernel.make_micro_kernel, with one vdpbf16ps per two k steps."""
+    cpu_microkernel.make_micro_kernel, with one vdpbf16ps per two k steps (and its
+    final store, `make_tile_store`)."""
     nv = nr // LANES
     f32_ptr, pairs_ptr = PointerType(F32X16), PointerType(PAIRS_X16)
+    tile_store = make_tile_store(F32X16, LANES, mr, nr, k_blocks, f32[cpart_len], packed_partial_at(nr, LANES))
 
     @script
     def micro_kernel(apack: bf16[apack_len], bpack: bf16[bpack_len], cpart: f32[cpart_len], tile: f32[mr * nr],
@@ -129,16 +132,7 @@ def _micro_kernel(name: str, mr: int, nr: int, ku: int, k_blocks: int, apack_len
                 ap = PAIR_BROADCAST(address_of(apack[a_base + (kp * mr + i) * 2]))
                 for v in static_range(nv):
                     acc[i, v] = dpbf16(acc[i, v], ap, bv[v])
-        if kb == k_blocks - 1:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    tp = cast(address_of(tile[i * nr + v * LANES]), f32_ptr)
-                    tp[0] = acc[i, v]
-        else:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    pp = cast(address_of(cpart[part + i * nr + v * LANES]), f32_ptr)
-                    pp[0] = acc[i, v]
+        tile_store(acc, tile, cpart, a_base, b_base, part, kb)
 
     return micro_kernel
 
