@@ -139,40 +139,37 @@ def _micro_kernel(name: str, mr: int, nr: int, ku: int, k_blocks: int, apack_len
 
 def make_pack_b_pairs(ops: Any, p: Mapping[str, Any], k_padded: int, bpack_len: int,
                       zero_rows_past_k: bool = False) -> InlineFragment:
-    """B[:, sub-block] into w's panels of pairs [panel][k_padded / 2][nr][2], zero past K
-    and N: the layout vdpbf16ps reads, and the AMX kernel's B tiles (16 pairs a row).
+    """B[:, col0:col0+nr] into the panel of pairs [k_padded / 2][nr][2] at dst, zero past
+    K and N: the layout vdpbf16ps reads, and the AMX kernel's B tiles (16 pairs a row).
     K padded to even (this kernel) adds at most one row, written with its pair's 0;
     `zero_rows_past_k` (the AMX kernel: K padded to 32) writes the odd last row and the
     zero rows in one loop."""
-    n, k, nr, sub_panels = (p[x] for x in ("n", "k", "nr", "sub_panels"))
+    n, k, nr = (p[x] for x in ("n", "k", "nr"))
     b_index = ops.b_index
 
     @inline_fragment
     @script
-    def pack_b_pairs(b: bf16[ops.b_shape], bpack: bf16[bpack_len], w: i32, bi: i32, panel0: i32, n_panels: i32):
-        for pp in range(n_panels):
-            col0 = (panel0 + pp) * nr
-            dst = (w * sub_panels + pp) * k_padded * nr
-            if col0 + nr <= n:     # two rows of B interleaved (vectorizes)
-                for kp in range(k // 2):
-                    for j in range(nr):
-                        bpack[dst + (kp * nr + j) * 2] = b[b_index(bi, 2 * kp, col0 + j)]
-                        bpack[dst + (kp * nr + j) * 2 + 1] = b[b_index(bi, 2 * kp + 1, col0 + j)]
-                if zero_rows_past_k:
-                    for kk in range(k - k % 2, k_padded):  # K's odd last row, then zeros
-                        for j in range(nr):
-                            bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
-                                b[b_index(bi, kk, col0 + j)] if kk < k else 0.0
-                else:
-                    for kk in range(k - k % 2, k):    # K odd: its last row, paired with 0
-                        for j in range(nr):
-                            bpack[dst + ((kk / 2) * nr + j) * 2] = b[b_index(bi, kk, col0 + j)]
-                            bpack[dst + ((kk / 2) * nr + j) * 2 + 1] = 0.0
-            else:
-                for kk in range(k_padded):
+    def pack_b_pairs(b: bf16[ops.b_shape], bpack: bf16[bpack_len], bi: i32, col0: i32, dst: i32):
+        if col0 + nr <= n:     # two rows of B interleaved (vectorizes)
+            for kp in range(k // 2):
+                for j in range(nr):
+                    bpack[dst + (kp * nr + j) * 2] = b[b_index(bi, 2 * kp, col0 + j)]
+                    bpack[dst + (kp * nr + j) * 2 + 1] = b[b_index(bi, 2 * kp + 1, col0 + j)]
+            if zero_rows_past_k:
+                for kk in range(k - k % 2, k_padded):  # K's odd last row, then zeros
                     for j in range(nr):
                         bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
-                            b[b_index(bi, kk, col0 + j)] if kk < k and col0 + j < n else 0.0
+                            b[b_index(bi, kk, col0 + j)] if kk < k else 0.0
+            else:
+                for kk in range(k - k % 2, k):    # K odd: its last row, paired with 0
+                    for j in range(nr):
+                        bpack[dst + ((kk / 2) * nr + j) * 2] = b[b_index(bi, kk, col0 + j)]
+                        bpack[dst + ((kk / 2) * nr + j) * 2 + 1] = 0.0
+        else:
+            for kk in range(k_padded):
+                for j in range(nr):
+                    bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
+                        b[b_index(bi, kk, col0 + j)] if kk < k and col0 + j < n else 0.0
 
     return pack_b_pairs
 

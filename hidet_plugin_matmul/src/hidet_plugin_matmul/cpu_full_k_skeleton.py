@@ -9,7 +9,7 @@ takes those as `FullKPieces`::
         [worker_setup]
         for each of w's q column sub-blocks sb (<= nsub columns), w's row part:
             for each batch entry:
-                [pack_b] B[:, sb], all of K                       (bpack[w], private)
+                [pack_b_panel] B[:, sb], all of K, panel by panel (bpack[w], private)
                 for each mc-row block of the row part:
                     for each K block (kc deep; K padded to k_padded):
                         [pack_a] A[rows, K block]                 (apack[w], private)
@@ -47,7 +47,7 @@ class FullKPieces:
     bpack_size: int
     apack_size: int
     micro_kernel: Any          # (apack, bpack, cpart, tile, a_base, b_base, part, kb, kcur / k_step)
-    pack_b: InlineFragment     # (b, bpack, w, bi, panel0, n_panels): B[:, sub-block] into w's panels
+    pack_b_panel: InlineFragment   # (b, bpack, bi, col0, dst): B[:, col0:col0+nr] into the panel at dst
     pack_a: InlineFragment     # (a, apack, w, bi, row_base, row_hi, n_tiles, pc, kcur): an A block
     k_step: int = 1            # K values a micro-kernel step takes (its last argument: steps)
     # the float32 kernel names the partial sums' slot in a variable; the others pass it
@@ -116,7 +116,7 @@ def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any
     a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
     k_padded, k_step, name_part_slot = pieces.k_padded, pieces.k_step, pieces.name_part_slot
     bpack_size, apack_size, cpart_size = pieces.bpack_size, pieces.apack_size, partial_sums_size(p)
-    micro_kernel, pack_b, pack_a = pieces.micro_kernel, pieces.pack_b, pieces.pack_a
+    micro_kernel, pack_b_panel, pack_a = pieces.micro_kernel, pieces.pack_b_panel, pieces.pack_a
     worker_setup, worker_teardown = pieces.worker_setup, pieces.worker_teardown
     store_c_tile = make_store_c_tile(ops, tc, mr, nr, n)
 
@@ -139,7 +139,11 @@ def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any
                 if n_panels > 0 and row_lo < row_hi:
                     for bi in range(batch):
                         if b_batched or bi == 0:
-                            pack_b(b, bpack, w, bi, panel0, n_panels)
+                            # ---- pack B[:, sub-block] (all of K), panel by panel, into w's panels
+                            for pp in range(n_panels):
+                                col0 = (panel0 + pp) * nr
+                                dst = (w * sub_panels + pp) * k_padded * nr
+                                pack_b_panel(b, bpack, bi, col0, dst)
                         for mb in range((row_hi - row_lo + mc - 1) // mc):
                             row_base = row_lo + mb * mc
                             n_tiles = min(m_tiles, (row_hi - row_base + mr - 1) // mr)

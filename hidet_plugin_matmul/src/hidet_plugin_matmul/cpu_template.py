@@ -148,27 +148,24 @@ def _make_pack_a(ops: Any, ta: Any, mr: int, kc: int, m_tiles: int, apack_len: i
     return pack_a
 
 
-def _make_pack_b_full_k(ops: Any, tb: Any, p: Mapping[str, Any], bpack_len: int) -> InlineFragment:
-    """B[:, sub-block] (all of K) into w's float32 panels [panel][k][nr], zero past N."""
-    n, k, nr, sub_panels = (p[x] for x in ("n", "k", "nr", "sub_panels"))
+def _make_pack_b_panel(ops: Any, tb: Any, p: Mapping[str, Any], bpack_len: int) -> InlineFragment:
+    """B[:, col0:col0+nr] (all of K) into the float32 panel [k][nr] at dst, zero past N."""
+    n, k, nr = (p[x] for x in ("n", "k", "nr"))
     b_index = ops.b_index
 
     @inline_fragment
     @script
-    def pack_b(b: tb[ops.b_shape], bpack: f32[bpack_len], w: i32, bi: i32, panel0: i32, n_panels: i32):
-        for pp in range(n_panels):
-            col0 = (panel0 + pp) * nr
-            dst = (w * sub_panels + pp) * k * nr
-            if col0 + nr <= n:
-                for kk in range(k):
-                    for j in range(nr):
-                        bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)]
-            else:
-                for kk in range(k):
-                    for j in range(nr):
-                        bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
+    def pack_b_panel(b: tb[ops.b_shape], bpack: f32[bpack_len], bi: i32, col0: i32, dst: i32):
+        if col0 + nr <= n:
+            for kk in range(k):
+                for j in range(nr):
+                    bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)]
+        else:
+            for kk in range(k):
+                for j in range(nr):
+                    bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
 
-    return pack_b
+    return pack_b_panel
 
 
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
@@ -202,7 +199,7 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, p["k_blocks"], workers * apack_size,
                                      workers * bpack_size, workers * partial_sums_size(p))
     pieces = FullKPieces("float32", k, bpack_size, apack_size, micro_kernel,
-                         _make_pack_b_full_k(ops, tb, p, workers * bpack_size),
+                         _make_pack_b_panel(ops, tb, p, workers * bpack_size),
                          _make_pack_a(ops, ta, mr, kc, m_tiles, workers * apack_size), name_part_slot=True)
     return build_full_k_kernel(p, ops, params, name, (ta, tb, tc, f32), part_of, pieces)
 
