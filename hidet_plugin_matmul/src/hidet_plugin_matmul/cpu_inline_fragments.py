@@ -12,11 +12,11 @@ The result is the code the skeleton would have had with the piece written in pla
 
     @inline_fragment
     @script
-    def pack_b(b: bf16[ops.b_shape], bpack: bf16[size], w: i32, bi: i32, ...):
+    def pack_b_panel(b: bf16[ops.b_shape], bpack: bf16[size], bi: i32, col0: i32, dst: i32):
         ...                                  # traced once, here, with this closure
 
     # in the skeleton's @script body:
-    pack_b(b, bpack, w, bi, ...)             # its body, with b -> the kernel's b, ...
+    pack_b_panel(b, bpack, bi, col0, dst)    # its body, with b -> the kernel's b, ...
 
 A fragment's local variables are those of its own trace, so it is written into one
 kernel once (a second use would declare the same variables twice); the skeleton's
