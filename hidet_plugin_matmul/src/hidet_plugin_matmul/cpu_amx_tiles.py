@@ -150,7 +150,7 @@ def _make_worker_tiles() -> tuple:
 
     @inline_fragment
     @script
-    def load_tile_config(w: i32):
+    def load_tile_config():
         cfg = local_tensor(u8, [64])           # palette 1, 8 tiles of 16 rows x 64 bytes
         for x in range(64):
             cfg[x] = 0
@@ -162,7 +162,7 @@ def _make_worker_tiles() -> tuple:
 
     @inline_fragment
     @script
-    def release_tiles(w: i32):
+    def release_tiles():
         AMX_RELEASE()
 
     return load_tile_config, release_tiles

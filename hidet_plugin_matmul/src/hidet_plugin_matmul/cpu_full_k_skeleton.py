@@ -53,8 +53,8 @@ class FullKPieces:
     # the float32 kernel names the partial sums' slot in a variable; the others pass it
     # in the call (the generated code of each is kept as it was)
     name_part_slot: bool = False
-    worker_setup: Optional[InlineFragment] = None      # (w): before the worker's share
-    worker_teardown: Optional[InlineFragment] = None   # (w): after it
+    worker_setup: Optional[InlineFragment] = None      # (): before a worker's share
+    worker_teardown: Optional[InlineFragment] = None   # (): after it
 
 
 def partial_sums_size(p: Mapping[str, Any]) -> int:
@@ -128,7 +128,7 @@ def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any
         for w in parallel(workers):
             tile = local_tensor(f32, [mr * nr])
             if worker_setup is not None:
-                worker_setup(w)
+                worker_setup()
             for jw, iw in work.on(w):
               for q in range(per_worker):
                 sb = jw * per_worker + q
@@ -166,7 +166,7 @@ def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any
                                             # ---- final store: C only through element stores
                                             store_c_tile(c, tile, bi, row_base, ti, panel0, jp, row_hi)
             if worker_teardown is not None:
-                worker_teardown(w)
+                worker_teardown()
 
     return packed_scheduled_task(matmul_cpu_full_k, name, params, pieces.pack_dtype, workers * bpack_size,
                                  workers * apack_size, workers * cpart_size)
