@@ -195,11 +195,11 @@ def _make_pack_a_rows(ops: Any, p: Mapping[str, Any], apack_len: int) -> InlineF
     return pack_a_rows
 
 
-def build_amx_tiles(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any, part_of: Any) -> ScheduledTask:
+def build_amx_tiles(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any) -> ScheduledTask:
     """The kernel for the block plan `p` (cpu_template._shape_plan of `amx_plan_params`,
-    kc a multiple of 32), the operands `ops` (MatmulOperands), C's annotation `tc` and
-    the partial sums' slots (`part_of`, tiles of MR x NR): cpu_full_k_skeleton's loops
-    with the pair kernel's B panels, row-major A panels and tiles."""
+    kc a multiple of 32), the operands `ops` (MatmulOperands) and C's annotation `tc`:
+    cpu_full_k_skeleton's loops with the pair kernel's B panels, row-major A panels and
+    tiles."""
     k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
     assert mr == MR and nr == NR and kc % KSTEP == 0, (mr, nr, kc)
     workers = p["workers"]
@@ -214,4 +214,4 @@ def build_amx_tiles(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc:
                          make_pack_b_pairs(ops, p, k32, workers * bpack_size, zero_rows_past_k=True),
                          _make_pack_a_rows(ops, p, workers * apack_size), k_step=KSTEP,
                          worker_setup=setup, worker_teardown=teardown)
-    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), part_of, pieces)
+    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), pieces)

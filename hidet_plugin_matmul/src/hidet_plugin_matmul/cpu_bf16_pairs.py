@@ -203,10 +203,10 @@ def _make_pack_a_pairs(ops: Any, p: Mapping[str, Any], apack_len: int) -> Inline
     return pack_a_pairs
 
 
-def build_bf16_pairs(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any, part_of: Any) -> ScheduledTask:
+def build_bf16_pairs(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any) -> ScheduledTask:
     """The kernel for the block plan `p` (cpu_template._shape_plan, kc made even), the
-    operands `ops` (MatmulOperands), C's annotation `tc` and the partial sums' slots:
-    cpu_full_k_skeleton's loops with bfloat16 pair panels and this micro-kernel."""
+    operands `ops` (MatmulOperands) and C's annotation `tc`: cpu_full_k_skeleton's loops
+    with bfloat16 pair panels and this micro-kernel."""
     k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
     workers = p["workers"]
     k2 = k + k % 2                                # K padded to whole pairs
@@ -218,4 +218,4 @@ def build_bf16_pairs(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc
     pieces = FullKPieces("bfloat16", k2, bpack_size, apack_size, micro_kernel,
                          make_pack_b_pairs(ops, p, k2, workers * bpack_size),
                          _make_pack_a_pairs(ops, p, workers * apack_size), k_step=2)
-    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), part_of, pieces)
+    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), pieces)

@@ -26,7 +26,7 @@ cpu_template.py), the micro-kernel a ``device`` function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script, script_module
@@ -34,7 +34,8 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 
 from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
 
-__all__ = ["FullKPieces", "build_full_k_kernel", "partial_sums_size", "packed_scheduled_task", "make_store_c_tile"]
+__all__ = ["FullKPieces", "build_full_k_kernel", "partial_sums_size", "partial_sums_slot", "packed_scheduled_task",
+           "make_store_c_tile"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,15 @@ def partial_sums_size(p: Mapping[str, Any]) -> int:
     """Per worker: the partial sums of its mc x nsub block of C (one element when there
     is a single K block: the micro-kernel never reads or writes them)."""
     return p["m_tiles"] * p["sub_panels"] * p["mr"] * p["nr"] if p["k_blocks"] > 1 else 1
+
+
+def partial_sums_slot(a_in_l1: bool, m_tiles: int, sub_panels: int, tile: int):
+    """part_of(w, ti, jp): where worker w keeps the partial sums of tile (ti, jp) between
+    K blocks, laid out in the order the micro-kernel calls visit the tiles (the inner
+    loop's tiles adjacent), so the calls walk the workspace as one forward stream."""
+    if a_in_l1:
+        return lambda w, ti, jp: ((w * m_tiles + ti) * sub_panels + jp) * tile
+    return lambda w, ti, jp: ((w * sub_panels + jp) * m_tiles + ti) * tile
 
 
 def make_store_c_tile(ops: Any, tc: Any, mr: int, nr: int, n: int) -> InlineFragment:
@@ -100,10 +110,10 @@ def packed_scheduled_task(kernel: Any, name: str, params: Mapping[str, Any], pac
 
 
 def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any], name: str, annotations: tuple,
-                        part_of: Callable, pieces: FullKPieces) -> ScheduledTask:
+                        pieces: FullKPieces) -> ScheduledTask:
     """The kernel for the block plan `p` (cpu_template._shape_plan, clamped for the
-    kernel), the operands `ops` (MatmulOperands), the annotations (ta, tb, tc, panels)
-    and the partial sums' slots `part_of(w, ti, jp)`."""
+    kernel), the operands `ops` (MatmulOperands) and the annotations of A, B, C and the
+    panels."""
     ta, tb, tc, tp = annotations
     m, n, mr, nr, kc, mc = (p[x] for x in ("m", "n", "mr", "nr", "kc", "mc"))
     batch, b_batched = ops.batch, ops.b_batched
@@ -114,6 +124,7 @@ def build_full_k_kernel(p: Mapping[str, Any], ops: Any, params: Mapping[str, Any
     # unrolled, so the code's size does not). One parallel region for the whole task.
     work, per_worker = spatial(p["wn"], p["wm"]), p["per_worker"]
     a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
+    part_of = partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
     k_padded, k_step, name_part_slot = pieces.k_padded, pieces.k_step, pieces.name_part_slot
     bpack_size, apack_size, cpart_size = pieces.bpack_size, pieces.apack_size, partial_sums_size(p)
     micro_kernel, pack_b_panel, pack_a = pieces.micro_kernel, pieces.pack_b_panel, pieces.pack_a

@@ -53,7 +53,7 @@ from hidet_framework.tuner.template import Template
 from hidet_plugin_matmul.cpu_amx_tiles import amx_apply, amx_plan_params, build_amx_tiles
 from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
 from hidet_plugin_matmul.cpu_full_k_skeleton import (
-    FullKPieces, build_full_k_kernel, make_store_c_tile, packed_scheduled_task, partial_sums_size,
+    FullKPieces, build_full_k_kernel, make_store_c_tile, packed_scheduled_task, partial_sums_size, partial_sums_slot,
 )
 from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
@@ -116,15 +116,6 @@ def _plan_and_vector(plan: Any, attributes: Mapping[str, Any], params: Mapping[s
     return p, lanes, vector_type(float32, lanes) if lanes > 1 else float32
 
 
-def _partial_sums_slot(a_in_l1: bool, m_tiles: int, sub_panels: int, tile: int):
-    """part_of(w, ti, jp): where worker w keeps the partial sums of tile (ti, jp) between
-    K blocks, laid out in the order the micro-kernel calls visit the tiles (the inner
-    loop's tiles adjacent), so the calls walk the workspace as one forward stream."""
-    if a_in_l1:
-        return lambda w, ti, jp: ((w * m_tiles + ti) * sub_panels + jp) * tile
-    return lambda w, ti, jp: ((w * sub_panels + jp) * m_tiles + ti) * tile
-
-
 def _make_pack_a(ops: Any, ta: Any, mr: int, kc: int, m_tiles: int, apack_len: int) -> InlineFragment:
     """A[rows, pc:pc+kcur] into w's float32 panels [tile][kc][mr], zero past M (rows
     from row_hi): both loop orders."""
@@ -179,29 +170,24 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
         amx_params = amx_plan_params(params)
         p = _shape_plan(attributes, amx_params, int(params.get("workers", target_facts(target)["cores"])))
         p = dict(p, kc=min(amx_params["kc"], -(-p["k"] // 32) * 32))    # no deeper than K padded
-        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
-                                     p["mr"] * p["nr"])
-        return build_amx_tiles(p, ops, params, name, tc, part_of)
+        return build_amx_tiles(p, ops, params, name, tc)
     p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
     if pairs_apply(target, operand_dtypes, params):   # bfloat16 pairs, vdpbf16ps (cpu_bf16_pairs.py)
         kc = p["kc"] + p["kc"] % 2
         p = dict(p, kc=kc, k_blocks=_ceil_div(p["k"] + p["k"] % 2, kc))
-        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
-                                     p["mr"] * p["nr"])
-        return build_bf16_pairs(p, ops, params, name, tc, part_of)
+        return build_bf16_pairs(p, ops, params, name, tc)
     # float32 panels (half operands widened by the packing loops), the SIMD micro-kernel
     k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
     ku = int(params.get("ku", 4))
     bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
-    part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", m_tiles, sub_panels, mr * nr)
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, p["k_blocks"], workers * apack_size,
                                      workers * bpack_size, workers * partial_sums_size(p))
     pieces = FullKPieces("float32", k, bpack_size, apack_size, micro_kernel,
                          _make_pack_b_panel(ops, tb, p, workers * bpack_size),
                          _make_pack_a(ops, ta, mr, kc, m_tiles, workers * apack_size), name_part_slot=True)
-    return build_full_k_kernel(p, ops, params, name, (ta, tb, tc, f32), part_of, pieces)
+    return build_full_k_kernel(p, ops, params, name, (ta, tb, tc, f32), pieces)
 
 
 def _block_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], workers: int) -> dict:
@@ -261,7 +247,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
     cpart_size = partial_sums_size(p)
-    part_of = _partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
+    part_of = partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bblk_size, workers * cpart_size)
     pack_a = _make_pack_a(ops, ta, mr, kc, m_tiles, workers * apack_size)
