@@ -5,12 +5,18 @@ file each, so two commits can be compared byte for byte (``diff -r``).
     diff -r OUT_BEFORE OUT_AFTER && echo byte-identical
 
 What it covers (codegen only: nothing is compiled or run, so it needs no gcc, nvcc or
-GPU and takes about a minute):
+GPU and takes a few minutes):
 
 - every space-2 candidate of every CPU and CUDA matmul template that the installed
   plugins register (through the plugin host, as the tuner finds them), on a few shapes,
   odd and batched ones included, for fixed targets (a CPU with AVX2, one with AVX-512,
-  and the documented default CUDA target, sm_90);
+  and the documented default CUDA target, sm_90); and, on made targets whose flags add
+  avx512_bf16 (the vdpbf16ps pair kernel) or amx_tile and amx_bf16 (the AMX tile
+  kernel), bfloat16 and float16 (widened) matmuls. Those kernels are chosen from the
+  target's flags alone (the tile permission only matters when a target is detected),
+  so they are generated here whatever the CPU;
+- every space-2 candidate of the CPU template of ``matmul_prepacked`` (B packed at
+  compile time: the GEMV / short-GEMM kernel) on a few short-M shapes;
 - the auto-scheduler's kernels of every operator of hidet_plugin_ops, on cpu and cuda;
 - fused graphs (matmul with a prologue and an epilogue, an injective tree) after the
   graph passes: the anchor's default candidate (or the auto-schedule) grafted.
@@ -42,11 +48,27 @@ CPU_AVX2 = Target("cpu", "x86-64", {"cores": 8, "vector_bits": 256, "fma": True,
 CPU_AVX512 = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "fma": True, "l1d_bytes": 32768,
                                       "l2_bytes": 1048576, "l3_bytes": 33554432,
                                       "flags": ("avx", "avx2", "avx512f", "fma"), "model": "synthetic avx512"})
+# AVX-512 with avx512_bf16: bfloat16 x bfloat16 builds the pair kernel (cpu_bf16_pairs.py).
+CPU_AVX512_BF16 = Target("cpu", "x86-64", {**CPU_AVX512.properties,
+                                           "flags": ("avx", "avx2", "avx512f", "avx512_bf16", "fma"),
+                                           "model": "synthetic avx512_bf16"})
+# ... and with amx_tile and amx_bf16: the tile kernel (cpu_amx_tiles.py), as a made
+# target in tests/plugins/matmul/test_cpu_amx.py; no tile permission is asked for.
+CPU_AMX = Target("cpu", "x86-64", {**CPU_AVX512.properties, "l1d_bytes": 49152, "l2_bytes": 2097152,
+                                   "flags": ("avx", "avx2", "avx512f", "avx512_bf16", "fma", "amx_tile", "amx_bf16"),
+                                   "model": "synthetic amx"})
 # (target name, dtype) -> operand shapes: odd, batched and row-vector ones.
 MATMUL_SHAPES = {
     ("avx512", "float32"): [((64, 64), (64, 64)), ((37, 29), (29, 43)), ((2, 37, 29), (1, 29, 43)),
                             ((1, 97), (97, 131))],
     ("avx2", "float32"): [((37, 29), (29, 43))],
+    # K odd (pairs padded), K past one K block (partial sums), batched A and B, a row vector
+    ("avx512bf16", "bfloat16"): [((37, 29), (29, 43)), ((61, 517), (517, 75)), ((2, 37, 29), (2, 29, 43)),
+                                 ((1, 97), (97, 131))],
+    ("avx512bf16", "float16"): [((37, 29), (29, 43))],
+    ("amx", "bfloat16"): [((37, 29), (29, 43)), ((61, 517), (517, 75)), ((2, 37, 29), (1, 29, 43)),
+                          ((1, 97), (97, 131))],
+    ("amx", "float16"): [((2, 37, 29), (1, 29, 43))],
     ("sm90", "float32"): [((2, 37, 29), (1, 29, 43)),
                           ((13, 1032), (1032, 68))],  # K >= 512 and rows 16-byte aligned: split-K, its vector form
     ("sm90", "float16"): [((192, 256), (256, 320))],
@@ -88,7 +110,8 @@ def _cuda_target() -> Target:
 def dump_matmul_templates(d: Dumper) -> None:
     from hidet_plugin_matmul.operators import matmul_task
 
-    targets = [("avx2", CPU_AVX2), ("avx512", CPU_AVX512), ("sm90", _cuda_target())]
+    targets = [("avx2", CPU_AVX2), ("avx512", CPU_AVX512), ("avx512bf16", CPU_AVX512_BF16), ("amx", CPU_AMX),
+               ("sm90", _cuda_target())]
     for tname, target in targets:
         for template in plugin_host().templates.templates_for("matmul", target.kind):
             for (shapes_target, dtype), shapes in MATMUL_SHAPES.items():
@@ -102,6 +125,31 @@ def dump_matmul_templates(d: Dumper) -> None:
                     for k, params in enumerate(template.bounded_space(target, 2)):
                         scheduled = template.build(task, attrs, params, target)
                         d.write(f"tpl_{tname}_{template.name}_{dtype}_{shape_name}_{k:03d}", scheduled, target)
+
+
+# (target name, A's and C's dtype) -> (M, K, N) of matmul_prepacked (B float32 panels)
+PREPACKED_SHAPES = {
+    ("avx512", "float32"): [(1, 97, 131), (5, 77, 31), (13, 1032, 68)],
+    ("avx512", "bfloat16"): [(2, 37, 29)],
+    ("avx2", "float32"): [(3, 29, 43)],
+}
+
+
+def dump_prepacked_templates(d: Dumper) -> None:
+    from hidet_plugin_matmul import cpu_prepack
+
+    targets = {"avx2": CPU_AVX2, "avx512": CPU_AVX512}
+    for template in plugin_host().templates.templates_for(cpu_prepack.PREPACKED_OPERATOR, "cpu"):
+        for (tname, dtype), shapes in PREPACKED_SHAPES.items():
+            target = targets[tname]
+            nr = cpu_prepack.panel_width(target)
+            for m, k, n in shapes:
+                a, b = hf.symbol((m, k), dtype), hf.symbol((k, n), "float32")
+                y = cpu_prepack.matmul_prepacked(a, cpu_prepack.pack_b(b, nr), n)
+                task, attrs = y.producer.task, dict(y.producer.attributes)
+                for index, params in enumerate(template.bounded_space(target, 2)):
+                    scheduled = template.build(task, attrs, params, target)
+                    d.write(f"prepacked_{tname}_{template.name}_{dtype}_{m}x{k}x{n}_{index:03d}", scheduled, target)
 
 
 def _op_cases() -> dict[str, Callable[[], Any]]:
@@ -206,7 +254,8 @@ def dump_fused_graphs(d: Dumper) -> None:
                 d.write(f"fused_{tname}_{gname}_{k:02d}_{op.name}", scheduled, target)
 
 
-SECTIONS = {"templates": dump_matmul_templates, "ops": dump_ops_auto_schedule, "fused": dump_fused_graphs}
+SECTIONS = {"templates": dump_matmul_templates, "prepacked": dump_prepacked_templates, "ops": dump_ops_auto_schedule,
+            "fused": dump_fused_graphs}
 
 
 def main(argv: list[str]) -> int:

@@ -5,8 +5,9 @@ detection reports them only once Linux has granted this process the tile data
 permission, see hidet_plugin_cpu.target.amx_permission) and A and B are bfloat16, the
 packed template (full-K B packing order) builds this variant ahead of the vdpbf16ps
 pair kernel of cpu_bf16_pairs.py. Same loop order, worker grid, partial sums (float32)
-and fusion contract: A and B read only by the packing loops, C written only by the
-final predicated element store, which rounds to bfloat16.
+and fusion contract (the loops of cpu_full_k_skeleton.py): A and B read only by the
+packing loops, C written only by the final predicated element store, which rounds to
+bfloat16.
 
 One micro-kernel call computes a 32 x 32 float32 block of C in four tiles:
 
@@ -41,10 +42,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hidet_framework.ir.mapping import spatial
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
-from hidet_framework.lang import address_of, attrs, bf16, f32, i32, local_tensor, parallel, script, u8
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.lang import address_of, attrs, bf16, f32, i32, local_tensor, script, u8
+from hidet_framework.schedule.scheduled_task import ScheduledTask
+
+from hidet_plugin_matmul.cpu_bf16_pairs import make_pack_b_pairs
+from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
+from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
 
 __all__ = ["amx_apply", "build_amx_tiles", "amx_plan_params", "MR", "NR", "KSTEP"]
 
@@ -139,119 +143,75 @@ def _micro_kernel(name: str, kc: int, k_blocks: int, apack_len: int, bpack_len: 
     return micro_kernel
 
 
-def build_amx_tiles(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any, part_of: Any) -> ScheduledTask:
-    """The kernel for the block plan `p` (cpu_template._shape_plan of `amx_plan_params`,
-    kc a multiple of 32), the operands `ops` (MatmulOperands), C's annotation `tc` and
-    the partial sums' slots (`part_of`, tiles of MR x NR)."""
-    m, n, k, mr, nr, kc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc"))
-    assert mr == MR and nr == NR and kc % KSTEP == 0, (mr, nr, kc)
-    batch, b_batched = ops.batch, ops.b_batched
-    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
-    workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
-    panels_total, rows_per_part = p["panels_total"], p["rows_per_part"]
-    k32 = -(-max(k, 1) // KSTEP) * KSTEP          # K padded to whole steps
-    k_blocks = -(-k32 // kc)
-    work, per_worker = spatial(p["wn"], p["wm"]), p["per_worker"]
-    a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
-    bpack_size = sub_panels * k32 * nr            # per worker: its B sub-block, all of K, bfloat16
-    apack_size = m_tiles * kc * mr                # per worker: mc x kc of A, bfloat16
-    cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
-    micro_kernel = _micro_kernel(name, kc, k_blocks, workers * apack_size, workers * bpack_size,
-                                 workers * cpart_size)
+def _make_worker_tiles() -> tuple:
+    """(setup, teardown) of a worker's share: the tile configuration is per thread, so
+    each worker loads it (palette 1, 8 tiles of 16 rows x 64 bytes) and releases the
+    tiles at the end."""
 
+    @inline_fragment
     @script
-    def matmul_cpu_amx(a: bf16[ops.a_shape], b: bf16[ops.b_shape], c: tc[ops.c_shape],
-                       bpack: bf16[workers * bpack_size], apack: bf16[workers * apack_size],
-                       cpart: f32[workers * cpart_size]):
-        attrs.func_kind = "cpu_kernel"
-        attrs.func_name = name
-        for w in parallel(workers):
-            tile = local_tensor(f32, [MR * NR])
-            cfg = local_tensor(u8, [64])           # palette 1, 8 tiles of 16 rows x 64 bytes
-            for x in range(64):
-                cfg[x] = 0
-            cfg[0] = 1
-            for t in range(8):
-                cfg[16 + 2 * t] = TILE_BYTES       # colsb, a little-endian uint16
-                cfg[48 + t] = TILE_ROWS
-            AMX_LDTILECFG(address_of(cfg[0]))
-            for jw, iw in work.on(w):
-              for q in range(per_worker):
-                sb = jw * per_worker + q
-                panel0 = sb * sub_panels
-                n_panels = min(sub_panels, panels_total - panel0)
-                row_lo = iw * rows_per_part
-                row_hi = min(m, row_lo + rows_per_part)
-                if n_panels > 0 and row_lo < row_hi:
-                    for bi in range(batch):
-                        if b_batched or bi == 0:
-                            # ---- pack B[:, sub-block] as pairs [panel][k32 / 2][nr][2], zero past K and N
-                            for pp in range(n_panels):
-                                col0 = (panel0 + pp) * nr
-                                dst = (w * sub_panels + pp) * k32 * nr
-                                if col0 + nr <= n:     # two rows of B interleaved (vectorizes)
-                                    for kp in range(k // 2):
-                                        for j in range(nr):
-                                            bpack[dst + (kp * nr + j) * 2] = b[b_index(bi, 2 * kp, col0 + j)]
-                                            bpack[dst + (kp * nr + j) * 2 + 1] = b[b_index(bi, 2 * kp + 1, col0 + j)]
-                                    for kk in range(k - k % 2, k32):  # K's odd last row, then zeros
-                                        for j in range(nr):
-                                            bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
-                                                b[b_index(bi, kk, col0 + j)] if kk < k else 0.0
-                                else:
-                                    for kk in range(k32):
-                                        for j in range(nr):
-                                            bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
-                                                b[b_index(bi, kk, col0 + j)] if kk < k and col0 + j < n else 0.0
-                        for mb in range((row_hi - row_lo + p["mc"] - 1) // p["mc"]):
-                            row_base = row_lo + mb * p["mc"]
-                            n_tiles = min(m_tiles, (row_hi - row_base + mr - 1) // mr)
-                            for kb in range(k_blocks):
-                                pc = kb * kc
-                                kcur = min(kc, k32 - pc)    # a multiple of 32
-                                kreal = min(kc, k - pc)     # pc < k: K blocks start at multiples of 32 below k32
-                                # ---- pack A[rows, pc:pc+kcur] row-major [tile][mr][kc], zero past M and K
-                                for t in range(n_tiles):
-                                    for i in range(mr):
-                                        row = row_base + t * mr + i
-                                        dst = (w * m_tiles + t) * kc * mr + i * kc
-                                        if row < row_hi:
-                                            for kk in range(kreal):
-                                                apack[dst + kk] = a[a_index(bi, row, pc + kk)]
-                                            for kk in range(kreal, kcur):
-                                                apack[dst + kk] = 0.0
-                                        else:
-                                            for kk in range(kcur):
-                                                apack[dst + kk] = 0.0
-                                for outer in range(n_tiles if a_in_l1 else n_panels):
-                                    for inner in range(n_panels if a_in_l1 else n_tiles):
-                                        ti = outer if a_in_l1 else inner
-                                        jp = inner if a_in_l1 else outer
-                                        a_base = (w * m_tiles + ti) * kc * mr
-                                        b_base = ((w * sub_panels + jp) * k32 + pc) * nr
-                                        micro_kernel(apack, bpack, cpart, tile, a_base, b_base, part_of(w, ti, jp),
-                                                     kb, kcur / KSTEP)
-                                        if kb == k_blocks - 1:
-                                            # ---- final store: C only through element stores
-                                            row0 = row_base + ti * mr
-                                            col0 = (panel0 + jp) * nr
-                                            if row0 + mr <= row_hi and col0 + nr <= n:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                            else:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        if row0 + i < row_hi and col0 + j < n:
-                                                            c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-            AMX_RELEASE()
+    def load_tile_config():
+        cfg = local_tensor(u8, [64])           # palette 1, 8 tiles of 16 rows x 64 bytes
+        for x in range(64):
+            cfg[x] = 0
+        cfg[0] = 1
+        for t in range(8):
+            cfg[16 + 2 * t] = TILE_BYTES       # colsb, a little-endian uint16
+            cfg[48 + t] = TILE_ROWS
+        AMX_LDTILECFG(address_of(cfg[0]))
 
-    from hidet_framework.lang import script_module
+    @inline_fragment
+    @script
+    def release_tiles():
+        AMX_RELEASE()
 
-    workspace = (WorkspaceSpec("bpack", "bfloat16", (workers * bpack_size,)),
-                 WorkspaceSpec("apack", "bfloat16", (workers * apack_size,)),
-                 WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
-                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
-    return ScheduledTask(script_module(matmul_cpu_amx, name=name), (launch,), workspace,
-                         source="matmul.cpu_packed", params=dict(params))
+    return load_tile_config, release_tiles
+
+
+def _make_pack_a_rows(ops: Any, p: Mapping[str, Any], apack_len: int) -> InlineFragment:
+    """A[rows, pc:pc+kcur] row-major into w's panels [tile][mr][kc] (a tile row is 32
+    consecutive K values), zero past M and K."""
+    k, mr, kc, m_tiles = (p[x] for x in ("k", "mr", "kc", "m_tiles"))
+    a_index = ops.a_index
+
+    @inline_fragment
+    @script
+    def pack_a_rows(a: bf16[ops.a_shape], apack: bf16[apack_len], w: i32, bi: i32, row_base: i32, row_hi: i32,
+                    n_tiles: i32, pc: i32, kcur: i32):
+        kreal = min(kc, k - pc)     # pc < k: K blocks start at multiples of 32 below k32
+        for t in range(n_tiles):
+            for i in range(mr):
+                row = row_base + t * mr + i
+                dst = (w * m_tiles + t) * kc * mr + i * kc
+                if row < row_hi:
+                    for kk in range(kreal):
+                        apack[dst + kk] = a[a_index(bi, row, pc + kk)]
+                    for kk in range(kreal, kcur):
+                        apack[dst + kk] = 0.0
+                else:
+                    for kk in range(kcur):
+                        apack[dst + kk] = 0.0
+
+    return pack_a_rows
+
+
+def build_amx_tiles(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any) -> ScheduledTask:
+    """The kernel for the block plan `p` (cpu_template._shape_plan of `amx_plan_params`,
+    kc a multiple of 32), the operands `ops` (MatmulOperands) and C's annotation `tc`:
+    cpu_full_k_skeleton's loops with the pair kernel's B panels, row-major A panels and
+    tiles."""
+    k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
+    assert mr == MR and nr == NR and kc % KSTEP == 0, (mr, nr, kc)
+    workers = p["workers"]
+    k32 = -(-max(k, 1) // KSTEP) * KSTEP          # K padded to whole steps
+    p = dict(p, k_blocks=-(-k32 // kc))
+    bpack_size = p["sub_panels"] * k32 * nr       # per worker: its B sub-block, all of K, bfloat16
+    apack_size = p["m_tiles"] * kc * mr           # per worker: mc x kc of A, bfloat16
+    micro_kernel = _micro_kernel(name, kc, p["k_blocks"], workers * apack_size, workers * bpack_size,
+                                 workers * partial_sums_size(p))
+    setup, teardown = _make_worker_tiles()
+    pieces = FullKPieces("bfloat16", k32, bpack_size, apack_size, micro_kernel,
+                         make_pack_b_pairs(ops, p, k32, workers * bpack_size, zero_rows_past_k=True),
+                         _make_pack_a_rows(ops, p, workers * apack_size), k_step=KSTEP,
+                         worker_setup=setup, worker_teardown=teardown)
+    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), pieces)

@@ -12,8 +12,9 @@ bytes, copied without conversion) interleaved in pairs along K:
 
 K is padded to even with zeros (in both panels, so the padding adds 0 * 0). Same loop
 order, blocking, worker grid, partial sums (float32) and fusion contract as the
-``bpack="full"`` variant of cpu_template.py: A and B are read only by the packing loops,
-C written only by the final predicated element store, which rounds to bfloat16.
+``bpack="full"`` variant of cpu_template.py, whose loops it shares
+(cpu_full_k_skeleton.py): A and B are read only by the packing loops here, C written only
+by the final predicated element store, which rounds to bfloat16.
 
 Numerics (Intel SDM, VDPBF16PS): each product of two bfloat16 values is exact in
 float32; the two products of a pair are added to the accumulator one after the other,
@@ -36,16 +37,18 @@ from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.dtypes import float32, vector_type
-from hidet_framework.ir.mapping import spatial
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
 from hidet_framework.ir.types import PointerType
 from hidet_framework.lang import (
-    address_of, attrs, bf16, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, static_range,
-    unroll,
+    address_of, attrs, bf16, cast, deref, f32, i32, register_tensor, script, static_range, unroll,
 )
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 
-__all__ = ["pairs_apply", "build_bf16_pairs", "dpbf16_spelling", "DPBF16_BUILTIN", "DPBF16_ASM", "PAIR_BROADCAST"]
+from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
+from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
+from hidet_plugin_matmul.cpu_microkernel import make_tile_store, packed_partial_at
+
+__all__ = ["pairs_apply", "build_bf16_pairs", "make_pack_b_pairs", "dpbf16_spelling", "DPBF16_BUILTIN", "DPBF16_ASM", "PAIR_BROADCAST"]
 
 LANES = 16                                   # float32 lanes of a 512-bit vector
 F32X16 = vector_type(float32, LANES)
@@ -101,9 +104,11 @@ def pairs_apply(target: Any, operand_dtypes: tuple, params: Mapping[str, Any]) -
 def _micro_kernel(name: str, mr: int, nr: int, ku: int, k_blocks: int, apack_len: int, bpack_len: int,
                   cpart_len: int, dpbf16: Any):
     """mr x nv float32x16 accumulators over one K block of kpairs pairs; as
-    cpu_microkernel.make_micro_kernel, with one vdpbf16ps per two k steps."""
+    cpu_microkernel.make_micro_kernel, with one vdpbf16ps per two k steps (and its
+    final store, `make_tile_store`)."""
     nv = nr // LANES
     f32_ptr, pairs_ptr = PointerType(F32X16), PointerType(PAIRS_X16)
+    tile_store = make_tile_store(F32X16, LANES, mr, nr, k_blocks, f32[cpart_len], packed_partial_at(nr, LANES))
 
     @script
     def micro_kernel(apack: bf16[apack_len], bpack: bf16[bpack_len], cpart: f32[cpart_len], tile: f32[mr * nr],
@@ -127,124 +132,90 @@ def _micro_kernel(name: str, mr: int, nr: int, ku: int, k_blocks: int, apack_len
                 ap = PAIR_BROADCAST(address_of(apack[a_base + (kp * mr + i) * 2]))
                 for v in static_range(nv):
                     acc[i, v] = dpbf16(acc[i, v], ap, bv[v])
-        if kb == k_blocks - 1:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    tp = cast(address_of(tile[i * nr + v * LANES]), f32_ptr)
-                    tp[0] = acc[i, v]
-        else:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    pp = cast(address_of(cpart[part + i * nr + v * LANES]), f32_ptr)
-                    pp[0] = acc[i, v]
+        tile_store(acc, tile, cpart, a_base, b_base, part, kb)
 
     return micro_kernel
 
 
-def build_bf16_pairs(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any, part_of: Any) -> ScheduledTask:
-    """The kernel for the block plan `p` (cpu_template._shape_plan, kc made even), the
-    operands `ops` (MatmulOperands), C's annotation `tc` and the partial sums' slots."""
-    m, n, k, mr, nr, kc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc"))
-    batch, b_batched = ops.batch, ops.b_batched
-    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
-    workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
-    k_blocks, panels_total, rows_per_part = p["k_blocks"], p["panels_total"], p["rows_per_part"]
-    k2 = k + k % 2                                # K padded to whole pairs
-    work, per_worker = spatial(p["wn"], p["wm"]), p["per_worker"]
-    a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
-    ku = int(params.get("ku", 4))
-    bpack_size = sub_panels * k2 * nr             # per worker: its B sub-block, all of K, bfloat16
-    apack_size = m_tiles * kc * mr                # per worker: mc x kc of A, bfloat16
-    cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
-    micro_kernel = _micro_kernel(name, mr, nr, ku, k_blocks, workers * apack_size, workers * bpack_size,
-                                 workers * cpart_size, dpbf16_spelling())
+def make_pack_b_pairs(ops: Any, p: Mapping[str, Any], k_padded: int, bpack_len: int,
+                      zero_rows_past_k: bool = False) -> InlineFragment:
+    """B[:, col0:col0+nr] into the panel of pairs [k_padded / 2][nr][2] at dst, zero past
+    K and N: the layout vdpbf16ps reads, and the AMX kernel's B tiles (16 pairs a row).
+    K padded to even (this kernel) adds at most one row, written with its pair's 0;
+    `zero_rows_past_k` (the AMX kernel: K padded to 32) writes the odd last row and the
+    zero rows in one loop."""
+    n, k, nr = (p[x] for x in ("n", "k", "nr"))
+    b_index = ops.b_index
 
+    @inline_fragment
     @script
-    def matmul_cpu_bf16_pairs(a: bf16[ops.a_shape], b: bf16[ops.b_shape], c: tc[ops.c_shape],
-                              bpack: bf16[workers * bpack_size], apack: bf16[workers * apack_size],
-                              cpart: f32[workers * cpart_size]):
-        attrs.func_kind = "cpu_kernel"
-        attrs.func_name = name
-        for w in parallel(workers):
-            tile = local_tensor(f32, [mr * nr])
-            for jw, iw in work.on(w):
-              for q in range(per_worker):
-                sb = jw * per_worker + q
-                panel0 = sb * sub_panels
-                n_panels = min(sub_panels, panels_total - panel0)
-                row_lo = iw * rows_per_part
-                row_hi = min(m, row_lo + rows_per_part)
-                if n_panels > 0 and row_lo < row_hi:
-                    for bi in range(batch):
-                        if b_batched or bi == 0:
-                            # ---- pack B[:, sub-block] as pairs [panel][k2 / 2][nr][2], zero past K and N
-                            for pp in range(n_panels):
-                                col0 = (panel0 + pp) * nr
-                                dst = (w * sub_panels + pp) * k2 * nr
-                                if col0 + nr <= n:     # two rows of B interleaved (vectorizes)
-                                    for kp in range(k // 2):
-                                        for j in range(nr):
-                                            bpack[dst + (kp * nr + j) * 2] = b[b_index(bi, 2 * kp, col0 + j)]
-                                            bpack[dst + (kp * nr + j) * 2 + 1] = b[b_index(bi, 2 * kp + 1, col0 + j)]
-                                    for kk in range(k - k % 2, k):    # K odd: its last row, paired with 0
-                                        for j in range(nr):
-                                            bpack[dst + ((kk / 2) * nr + j) * 2] = b[b_index(bi, kk, col0 + j)]
-                                            bpack[dst + ((kk / 2) * nr + j) * 2 + 1] = 0.0
-                                else:
-                                    for kk in range(k2):
-                                        for j in range(nr):
-                                            bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
-                                                b[b_index(bi, kk, col0 + j)] if kk < k and col0 + j < n else 0.0
-                        for mb in range((row_hi - row_lo + p["mc"] - 1) // p["mc"]):
-                            row_base = row_lo + mb * p["mc"]
-                            n_tiles = min(m_tiles, (row_hi - row_base + mr - 1) // mr)
-                            for kb in range(k_blocks):
-                                pc = kb * kc
-                                kcur = min(kc, k2 - pc)     # even: kc and k2 are
-                                kreal = min(kc, k - pc)     # odd only in the last block of an odd K
-                                # ---- pack A[rows, pc:pc+kcur] as pairs [tile][kc / 2][mr][2], zero past M and K
-                                for t in range(n_tiles):
-                                    for i in range(mr):
-                                        row = row_base + t * mr + i
-                                        dst = (w * m_tiles + t) * kc * mr + i * 2
-                                        if row < row_hi:
-                                            for kp in range(kreal / 2):
-                                                apack[dst + kp * mr * 2] = a[a_index(bi, row, pc + 2 * kp)]
-                                                apack[dst + kp * mr * 2 + 1] = a[a_index(bi, row, pc + 2 * kp + 1)]
-                                            for kk in range(kreal - kreal % 2, kcur):  # the odd K's last pair
-                                                apack[dst + (kk / 2) * mr * 2 + kk % 2] = \
-                                                    a[a_index(bi, row, pc + kk)] if kk < kreal else 0.0
-                                        else:
-                                            for kk in range(kcur):
-                                                apack[dst + (kk / 2) * mr * 2 + kk % 2] = 0.0
-                                for outer in range(n_tiles if a_in_l1 else n_panels):
-                                    for inner in range(n_panels if a_in_l1 else n_tiles):
-                                        ti = outer if a_in_l1 else inner
-                                        jp = inner if a_in_l1 else outer
-                                        a_base = (w * m_tiles + ti) * kc * mr
-                                        b_base = ((w * sub_panels + jp) * k2 + pc) * nr
-                                        micro_kernel(apack, bpack, cpart, tile, a_base, b_base, part_of(w, ti, jp),
-                                                     kb, kcur / 2)
-                                        if kb == k_blocks - 1:
-                                            # ---- final store: C only through element stores
-                                            row0 = row_base + ti * mr
-                                            col0 = (panel0 + jp) * nr
-                                            if row0 + mr <= row_hi and col0 + nr <= n:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                            else:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        if row0 + i < row_hi and col0 + j < n:
-                                                            c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
+    def pack_b_pairs(b: bf16[ops.b_shape], bpack: bf16[bpack_len], bi: i32, col0: i32, dst: i32):
+        if col0 + nr <= n:     # two rows of B interleaved (vectorizes)
+            for kp in range(k // 2):
+                for j in range(nr):
+                    bpack[dst + (kp * nr + j) * 2] = b[b_index(bi, 2 * kp, col0 + j)]
+                    bpack[dst + (kp * nr + j) * 2 + 1] = b[b_index(bi, 2 * kp + 1, col0 + j)]
+            if zero_rows_past_k:
+                for kk in range(k - k % 2, k_padded):  # K's odd last row, then zeros
+                    for j in range(nr):
+                        bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
+                            b[b_index(bi, kk, col0 + j)] if kk < k else 0.0
+            else:
+                for kk in range(k - k % 2, k):    # K odd: its last row, paired with 0
+                    for j in range(nr):
+                        bpack[dst + ((kk / 2) * nr + j) * 2] = b[b_index(bi, kk, col0 + j)]
+                        bpack[dst + ((kk / 2) * nr + j) * 2 + 1] = 0.0
+        else:
+            for kk in range(k_padded):
+                for j in range(nr):
+                    bpack[dst + ((kk / 2) * nr + j) * 2 + kk % 2] = \
+                        b[b_index(bi, kk, col0 + j)] if kk < k and col0 + j < n else 0.0
 
-    from hidet_framework.lang import script_module
+    return pack_b_pairs
 
-    workspace = (WorkspaceSpec("bpack", "bfloat16", (workers * bpack_size,)),
-                 WorkspaceSpec("apack", "bfloat16", (workers * apack_size,)),
-                 WorkspaceSpec("cpart", "float32", (workers * cpart_size,)))
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
-                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
-    return ScheduledTask(script_module(matmul_cpu_bf16_pairs, name=name), (launch,), workspace,
-                         source="matmul.cpu_packed", params=dict(params))
+
+def _make_pack_a_pairs(ops: Any, p: Mapping[str, Any], apack_len: int) -> InlineFragment:
+    """A[rows, pc:pc+kcur] into w's panels of pairs [tile][kc / 2][mr][2], zero past M
+    and K (kcur is even: kc and K padded are)."""
+    k, mr, kc, m_tiles = (p[x] for x in ("k", "mr", "kc", "m_tiles"))
+    a_index = ops.a_index
+
+    @inline_fragment
+    @script
+    def pack_a_pairs(a: bf16[ops.a_shape], apack: bf16[apack_len], w: i32, bi: i32, row_base: i32, row_hi: i32,
+                     n_tiles: i32, pc: i32, kcur: i32):
+        kreal = min(kc, k - pc)     # odd only in the last block of an odd K
+        for t in range(n_tiles):
+            for i in range(mr):
+                row = row_base + t * mr + i
+                dst = (w * m_tiles + t) * kc * mr + i * 2
+                if row < row_hi:
+                    for kp in range(kreal / 2):
+                        apack[dst + kp * mr * 2] = a[a_index(bi, row, pc + 2 * kp)]
+                        apack[dst + kp * mr * 2 + 1] = a[a_index(bi, row, pc + 2 * kp + 1)]
+                    for kk in range(kreal - kreal % 2, kcur):  # the odd K's last pair
+                        apack[dst + (kk / 2) * mr * 2 + kk % 2] = \
+                            a[a_index(bi, row, pc + kk)] if kk < kreal else 0.0
+                else:
+                    for kk in range(kcur):
+                        apack[dst + (kk / 2) * mr * 2 + kk % 2] = 0.0
+
+    return pack_a_pairs
+
+
+def build_bf16_pairs(p: dict, ops: Any, params: Mapping[str, Any], name: str, tc: Any) -> ScheduledTask:
+    """The kernel for the block plan `p` (cpu_template._shape_plan, kc made even), the
+    operands `ops` (MatmulOperands) and C's annotation `tc`: cpu_full_k_skeleton's loops
+    with bfloat16 pair panels and this micro-kernel."""
+    k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
+    workers = p["workers"]
+    k2 = k + k % 2                                # K padded to whole pairs
+    ku = int(params.get("ku", 4))
+    bpack_size = p["sub_panels"] * k2 * nr        # per worker: its B sub-block, all of K, bfloat16
+    apack_size = p["m_tiles"] * kc * mr           # per worker: mc x kc of A, bfloat16
+    micro_kernel = _micro_kernel(name, mr, nr, ku, p["k_blocks"], workers * apack_size, workers * bpack_size,
+                                 workers * partial_sums_size(p), dpbf16_spelling())
+    pieces = FullKPieces("bfloat16", k2, bpack_size, apack_size, micro_kernel,
+                         make_pack_b_pairs(ops, p, k2, workers * bpack_size),
+                         _make_pack_a_pairs(ops, p, workers * apack_size), k_step=2)
+    return build_full_k_kernel(p, ops, params, name, (bf16, bf16, tc, bf16), pieces)

@@ -31,15 +31,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import float32, vector_type
+from hidet_framework.ir.expr import minimum
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.ir.types import PointerType
-from hidet_framework.lang import (
-    address_of, attrs, cast, deref, f32, i32, local_tensor, parallel, register_tensor, script, script_module,
-    static_range, unroll,
-)
+from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script, script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_microkernel import make_register_tile
 from hidet_plugin_matmul.cpu_operand_types import (
     FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
 )
@@ -78,46 +76,21 @@ def gemv_space(target: Any, level: int, nr: int) -> list[dict]:
 
 def _micro_kernel(name: str, vec: Any, lanes: int, m: int, k: int, mr: int, nr: int, ku: int, k_blocks: int,
                   panels: int, part_len: int):
-    vec_ptr = PointerType(vec)
-    nv = nr // lanes
+    """cpu_microkernel's register tile over A itself (rows past M read row M-1 again)
+    and panel p of the prepacked B from K offset pc; partial sums [row][nr] from row0."""
+    register_tile = make_register_tile(
+        vec, lanes, mr, nr, ku, k_blocks, (f32[m, k], f32[panels, k, nr], f32[part_len]),
+        # where = (p, row0, pc); rows past M: a real row, never stored
+        a_at=lambda a, where, kk, i: a[minimum(where[1] + i, m - 1), where[2] + kk],
+        b_at=lambda bp, where, kk, v: bp[where[0], where[2] + kk, v * lanes],
+        partial_at=lambda part, where, i, v: part[(where[1] + i) * nr + v * lanes])
 
     @script
     def gemv_micro_kernel(a: f32[m, k], bp: f32[panels, k, nr], part: f32[part_len], tile: f32[mr * nr],
                           p: i32, row0: i32, pc: i32, kcur: i32, kb: i32):
         attrs.func_kind = "device"
         attrs.func_name = name + "_micro_kernel"
-        acc = register_tensor(vec, [mr, nv])
-        bv = register_tensor(vec, [nv])
-        if k_blocks > 1:
-            if kb == 0:
-                for i in static_range(mr):
-                    for v in static_range(nv):
-                        acc[i, v] = cast(0.0, vec)
-            else:
-                for i in static_range(mr):
-                    for v in static_range(nv):
-                        acc[i, v] = deref(cast(address_of(part[(row0 + i) * nr + v * lanes]), vec_ptr))
-        else:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    acc[i, v] = cast(0.0, vec)
-        for kk in unroll(kcur, ku):
-            for v in static_range(nv):
-                bv[v] = deref(cast(address_of(bp[p, pc + kk, v * lanes]), vec_ptr))
-            for i in static_range(mr):
-                av = a[min(row0 + i, m - 1), pc + kk]   # rows past M: a real row, never stored
-                for v in static_range(nv):
-                    acc[i, v] += cast(av, vec) * bv[v]
-        if kb == k_blocks - 1:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    tp = cast(address_of(tile[i * nr + v * lanes]), vec_ptr)
-                    tp[0] = acc[i, v]
-        else:
-            for i in static_range(mr):
-                for v in static_range(nv):
-                    pp = cast(address_of(part[(row0 + i) * nr + v * lanes]), vec_ptr)
-                    pp[0] = acc[i, v]
+        register_tile(a, bp, part, tile, p, row0, pc, kb, kcur)
 
     return gemv_micro_kernel
 

@@ -9,7 +9,9 @@ the tile kernel of cpu_amx_tiles.py (tdpbf16ps, 32 x 32 blocks of C).
 
 Loop structure of the one kernel (``cpu_kernel``) it generates: one OpenMP parallel
 region; the workers form a grid wn x wm (wn across N, wm across M; task mapping
-``spatial(wn, wm) * repeat(q, 1)``)::
+``spatial(wn, wm) * repeat(q, 1)``). The three kernels of this order (float32 panels
+here, bfloat16 pairs, AMX tiles) share these loops (cpu_full_k_skeleton.py) and bring
+their packing loops and micro-kernel::
 
     parallel over workers w:                               (one thread each)
         for each of w's q column sub-blocks sb (<= nsub columns), w's row part:
@@ -44,12 +46,16 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import float32, vector_type
 from hidet_framework.ir.mapping import spatial
-from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, script_module
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script
+from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.tuner.template import Template
 
 from hidet_plugin_matmul.cpu_amx_tiles import amx_apply, amx_plan_params, build_amx_tiles
 from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
+from hidet_plugin_matmul.cpu_full_k_skeleton import (
+    FullKPieces, build_full_k_kernel, make_store_c_tile, packed_scheduled_task, partial_sums_size, partial_sums_slot,
+)
+from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_operand_types import (
     FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
@@ -110,24 +116,47 @@ def _plan_and_vector(plan: Any, attributes: Mapping[str, Any], params: Mapping[s
     return p, lanes, vector_type(float32, lanes) if lanes > 1 else float32
 
 
-def _partial_sums_slot(a_in_l1: bool, m_tiles: int, sub_panels: int, tile: int):
-    """part_of(w, ti, jp): where worker w keeps the partial sums of tile (ti, jp) between
-    K blocks, laid out in the order the micro-kernel calls visit the tiles (the inner
-    loop's tiles adjacent), so the calls walk the workspace as one forward stream."""
-    if a_in_l1:
-        return lambda w, ti, jp: ((w * m_tiles + ti) * sub_panels + jp) * tile
-    return lambda w, ti, jp: ((w * sub_panels + jp) * m_tiles + ti) * tile
+def _make_pack_a(ops: Any, ta: Any, mr: int, kc: int, m_tiles: int, apack_len: int) -> InlineFragment:
+    """A[rows, pc:pc+kcur] into w's float32 panels [tile][kc][mr], zero past M (rows
+    from row_hi): both loop orders."""
+    a_index = ops.a_index
+
+    @inline_fragment
+    @script
+    def pack_a(a: ta[ops.a_shape], apack: f32[apack_len], w: i32, bi: i32, row_base: i32, row_hi: i32, n_tiles: i32,
+               pc: i32, kcur: i32):
+        for t in range(n_tiles):
+            for i in range(mr):
+                row = row_base + t * mr + i
+                dst = (w * m_tiles + t) * kc * mr + i
+                if row < row_hi:
+                    for kk in range(kcur):
+                        apack[dst + kk * mr] = a[a_index(bi, row, pc + kk)]
+                else:
+                    for kk in range(kcur):
+                        apack[dst + kk * mr] = 0.0
+
+    return pack_a
 
 
-def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], bpack: int, apack: int,
-               cpart: int) -> ScheduledTask:
-    """One launch of `kernel` over A, B, C and its three per-worker packing workspaces."""
-    workspace = (WorkspaceSpec("bpack", "float32", (bpack,)), WorkspaceSpec("apack", "float32", (apack,)),
-                 WorkspaceSpec("cpart", "float32", (cpart,)))
-    launch = Launch(name, (BufferRef("input", 0), BufferRef("input", 1), BufferRef("output", 0),
-                           BufferRef("workspace", 0), BufferRef("workspace", 1), BufferRef("workspace", 2)))
-    return ScheduledTask(script_module(kernel, name=name), (launch,), workspace, source="matmul.cpu_packed",
-                         params=dict(params))
+def _make_pack_b_panel(ops: Any, tb: Any, p: Mapping[str, Any], bpack_len: int) -> InlineFragment:
+    """B[:, col0:col0+nr] (all of K) into the float32 panel [k][nr] at dst, zero past N."""
+    n, k, nr = (p[x] for x in ("n", "k", "nr"))
+    b_index = ops.b_index
+
+    @inline_fragment
+    @script
+    def pack_b_panel(b: tb[ops.b_shape], bpack: f32[bpack_len], bi: i32, col0: i32, dst: i32):
+        if col0 + nr <= n:
+            for kk in range(k):
+                for j in range(nr):
+                    bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)]
+        else:
+            for kk in range(k):
+                for j in range(nr):
+                    bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
+
+    return pack_b_panel
 
 
 def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
@@ -141,105 +170,24 @@ def build_cpu_matmul(attributes: Mapping[str, Any], params: Mapping[str, Any], t
         amx_params = amx_plan_params(params)
         p = _shape_plan(attributes, amx_params, int(params.get("workers", target_facts(target)["cores"])))
         p = dict(p, kc=min(amx_params["kc"], -(-p["k"] // 32) * 32))    # no deeper than K padded
-        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
-                                     p["mr"] * p["nr"])
-        return build_amx_tiles(p, ops, params, name, tc, part_of)
+        return build_amx_tiles(p, ops, params, name, tc)
     p, lanes, vec = _plan_and_vector(_shape_plan, attributes, params, target)
     if pairs_apply(target, operand_dtypes, params):   # bfloat16 pairs, vdpbf16ps (cpu_bf16_pairs.py)
         kc = p["kc"] + p["kc"] % 2
         p = dict(p, kc=kc, k_blocks=_ceil_div(p["k"] + p["k"] % 2, kc))
-        part_of = _partial_sums_slot(params.get("order", "a_in_l1") == "a_in_l1", p["m_tiles"], p["sub_panels"],
-                                     p["mr"] * p["nr"])
-        return build_bf16_pairs(p, ops, params, name, tc, part_of)
-    m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
-    batch, b_batched = ops.batch, ops.b_batched
-    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
+        return build_bf16_pairs(p, ops, params, name, tc)
+    # float32 panels (half operands widened by the packing loops), the SIMD micro-kernel
+    k, mr, nr, kc = (p[x] for x in ("k", "mr", "nr", "kc"))
     workers, m_tiles, sub_panels = p["workers"], p["m_tiles"], p["sub_panels"]
-    k_blocks, panels_total, rows_per_part = p["k_blocks"], p["panels_total"], p["rows_per_part"]
-    # Worker w owns N sub-blocks jw*q .. jw*q+q-1 and M part iw: (jw, iw) from the
-    # spatial mapping, its q sub-blocks from a loop (q grows with N: a loop, never
-    # unrolled, so the code's size does not). One parallel region for the whole task.
-    work = spatial(p["wn"], p["wm"])
-    per_worker = p["per_worker"]
-    a_in_l1 = params.get("order", "a_in_l1") == "a_in_l1"
     ku = int(params.get("ku", 4))
     bpack_size = sub_panels * max(k, 1) * nr     # per worker: its B sub-block, all of K
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
-    cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
-    part_of = _partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
-    micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
-                                     workers * bpack_size, workers * cpart_size)
-
-    @script
-    def matmul_cpu_packed(a: ta[ops.a_shape], b: tb[ops.b_shape], c: tc[ops.c_shape], bpack: f32[workers * bpack_size],
-                          apack: f32[workers * apack_size], cpart: f32[workers * cpart_size]):
-        attrs.func_kind = "cpu_kernel"
-        attrs.func_name = name
-        for w in parallel(workers):
-            tile = local_tensor(f32, [mr * nr])
-            for jw, iw in work.on(w):
-              for q in range(per_worker):
-                sb = jw * per_worker + q
-                panel0 = sb * sub_panels
-                n_panels = min(sub_panels, panels_total - panel0)
-                row_lo = iw * rows_per_part
-                row_hi = min(m, row_lo + rows_per_part)
-                if n_panels > 0 and row_lo < row_hi:
-                    for bi in range(batch):
-                        if b_batched or bi == 0:
-                            # ---- pack B[:, sub-block] into panels [panel][k][nr], zero past N
-                            for pp in range(n_panels):
-                                col0 = (panel0 + pp) * nr
-                                dst = (w * sub_panels + pp) * k * nr
-                                if col0 + nr <= n:
-                                    for kk in range(k):
-                                        for j in range(nr):
-                                            bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)]
-                                else:
-                                    for kk in range(k):
-                                        for j in range(nr):
-                                            bpack[dst + kk * nr + j] = b[b_index(bi, kk, col0 + j)] if col0 + j < n else 0.0
-                        for mb in range((row_hi - row_lo + mc - 1) // mc):
-                            row_base = row_lo + mb * mc
-                            n_tiles = min(m_tiles, (row_hi - row_base + mr - 1) // mr)
-                            for kb in range(k_blocks):
-                                pc = kb * kc
-                                kcur = min(kc, k - pc)
-                                # ---- pack A[rows, pc:pc+kcur] into panels [tile][kc][mr], zero past M
-                                for t in range(n_tiles):
-                                    for i in range(mr):
-                                        row = row_base + t * mr + i
-                                        dst = (w * m_tiles + t) * kc * mr + i
-                                        if row < row_hi:
-                                            for kk in range(kcur):
-                                                apack[dst + kk * mr] = a[a_index(bi, row, pc + kk)]
-                                        else:
-                                            for kk in range(kcur):
-                                                apack[dst + kk * mr] = 0.0
-                                for outer in range(n_tiles if a_in_l1 else n_panels):
-                                    for inner in range(n_panels if a_in_l1 else n_tiles):
-                                        ti = outer if a_in_l1 else inner
-                                        jp = inner if a_in_l1 else outer
-                                        part = part_of(w, ti, jp)
-                                        a_base = (w * m_tiles + ti) * kc * mr
-                                        b_base = ((w * sub_panels + jp) * k + pc) * nr
-                                        micro_kernel(apack, bpack, cpart, tile, a_base, b_base, part, kb, kcur)
-                                        if kb == k_blocks - 1:
-                                            # ---- final store: C only through element stores
-                                            row0 = row_base + ti * mr
-                                            col0 = (panel0 + jp) * nr
-                                            if row0 + mr <= row_hi and col0 + nr <= n:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                            else:
-                                                for i in range(mr):
-                                                    for j in range(nr):
-                                                        if row0 + i < row_hi and col0 + j < n:
-                                                            c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-
-    return _scheduled(matmul_cpu_packed, name, params, workers * bpack_size, workers * apack_size,
-                      workers * cpart_size)
+    micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, p["k_blocks"], workers * apack_size,
+                                     workers * bpack_size, workers * partial_sums_size(p))
+    pieces = FullKPieces("float32", k, bpack_size, apack_size, micro_kernel,
+                         _make_pack_b_panel(ops, tb, p, workers * bpack_size),
+                         _make_pack_a(ops, ta, mr, kc, m_tiles, workers * apack_size), name_part_slot=True)
+    return build_full_k_kernel(p, ops, params, name, (ta, tb, tc, f32), pieces)
 
 
 def _block_plan(attributes: Mapping[str, Any], params: Mapping[str, Any], workers: int) -> dict:
@@ -289,7 +237,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     ta, tb, tc = annotations
     m, n, k, mr, nr, kc, mc = (p[x] for x in ("m", "n", "k", "mr", "nr", "kc", "mc"))
     ops = MatmulOperands(attributes)
-    a_index, b_index, c_index = ops.a_index, ops.b_index, ops.c_index
+    b_index = ops.b_index
     workers, m_tiles, sub_panels, nsb = p["workers"], p["m_tiles"], p["sub_panels"], p["nsb"]
     k_blocks, panels_total, items = p["k_blocks"], p["panels_total"], p["items"]
     work = spatial(workers)   # worker w: items w*q .. w*q+q-1, q in a loop (grows with N)
@@ -298,10 +246,12 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
     ku = int(params.get("ku", 4))
     bblk_size = sub_panels * kc * nr              # per worker: kc x nsub of B
     apack_size = m_tiles * kc * mr                # per worker: mc x kc of A
-    cpart_size = m_tiles * sub_panels * mr * nr if k_blocks > 1 else 1
-    part_of = _partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
+    cpart_size = partial_sums_size(p)
+    part_of = partial_sums_slot(a_in_l1, m_tiles, sub_panels, mr * nr)
     micro_kernel = make_micro_kernel(name, vec, lanes, mr, nr, ku, k_blocks, workers * apack_size,
                                      workers * bblk_size, workers * cpart_size)
+    pack_a = _make_pack_a(ops, ta, mr, kc, m_tiles, workers * apack_size)
+    store_c_tile = make_store_c_tile(ops, tc, mr, nr, n)
 
     @script
     def matmul_cpu_block(a: ta[ops.a_shape], b: tb[ops.b_shape], c: tc[ops.c_shape], bblk: f32[workers * bblk_size],
@@ -323,17 +273,7 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                         for kb in range(k_blocks):
                             pc = kb * kc
                             kcur = min(kc, k - pc)
-                            # ---- pack A[rows, pc:pc+kcur] into panels [tile][kc][mr], zero past M
-                            for t in range(n_tiles):
-                                for i in range(mr):
-                                    row = row_base + t * mr + i
-                                    dst = (w * m_tiles + t) * kc * mr + i
-                                    if row < m:
-                                        for kk in range(kcur):
-                                            apack[dst + kk * mr] = a[a_index(bi, row, pc + kk)]
-                                    else:
-                                        for kk in range(kcur):
-                                            apack[dst + kk * mr] = 0.0
+                            pack_a(a, apack, w, bi, row_base, m, n_tiles, pc, kcur)
                             # ---- pack B[pc:pc+kcur, sub-block] row by row into [panel][kc][nr]
                             for kk in range(kcur):
                                 for pp in range(n_panels):
@@ -355,20 +295,10 @@ def _build_block(attributes: Mapping[str, Any], params: Mapping[str, Any], targe
                                     micro_kernel(apack, bblk, cpart, tile, a_base, b_base, part, kb, kcur)
                                     if kb == k_blocks - 1:
                                         # ---- final store: C only through element stores
-                                        row0 = row_base + ti * mr
-                                        col0 = (panel0 + jp) * nr
-                                        if row0 + mr <= m and col0 + nr <= n:
-                                            for i in range(mr):
-                                                for j in range(nr):
-                                                    c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
-                                        else:
-                                            for i in range(mr):
-                                                for j in range(nr):
-                                                    if row0 + i < m and col0 + j < n:
-                                                        c[c_index(bi, row0 + i, col0 + j)] = tile[i * nr + j]
+                                        store_c_tile(c, tile, bi, row_base, ti, panel0, jp, m)
 
-    return _scheduled(matmul_cpu_block, name, params, workers * bblk_size, workers * apack_size,
-                      workers * cpart_size)
+    return packed_scheduled_task(matmul_cpu_block, name, params, "float32", workers * bblk_size,
+                                 workers * apack_size, workers * cpart_size)
 
 
 class CpuPackedMatmul(Template):
