@@ -258,6 +258,72 @@ SECTIONS = {"templates": dump_matmul_templates, "prepacked": dump_prepacked_temp
             "fused": dump_fused_graphs}
 
 
+# ---- CUDA attention (scalar, mma and split forms) and implicit-GEMM conv candidates ----
+# (q, kt, v, mask shape or None, mask kind, scale, zero_nan, dtype): odd and prime M and N,
+# D 16 / 64 / 128, causal (select) and added masks, keys past one resident tile.
+ATTENTION_CASES = [
+    ((1, 12, 128, 64), (1, 12, 64, 128), (1, 12, 128, 64), (128, 128), "select", 0.125, True, "float16"),
+    ((2, 3, 61, 64), (2, 3, 64, 131), (2, 3, 131, 64), (2, 1, 61, 131), "add", 0.125, False, "float16"),
+    ((3, 7, 16), (3, 16, 7), (3, 7, 16), None, "none", 0.25, False, "bfloat16"),
+    ((131, 128), (128, 61), (61, 128), (131, 61), "select", 0.09, True, "bfloat16"),
+    ((1, 2, 67, 64), (1, 2, 64, 700), (1, 2, 700, 64), (1, 1, 67, 700), "add", 0.125, False, "float16"),
+    ((2, 7, 32), (2, 32, 13), (2, 13, 32), (7, 13), "select", 0.2, False, "float16"),
+]
+# beyond the template's space: one warp, the split shapes the tests build, the opt-in warp form
+ATTENTION_EXTRA_PARAMS = [{"form": "mma", "warps": 1}] + [
+    {"form": "mma", "warps": w, "split": s} for w, s in ((4, 4), (8, 8), (8, 4), (4, 2), (2, 2))] + [
+    {"rows": 1, "threads": 128, "k_order": "d"}]
+# (batch, C, H, W, O, kernel, stride, pads, dilation, groups, x layout, y layout)
+CONV_CASES = [
+    (2, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nchw", "nchw"),
+    (2, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc", "nhwc"),
+    (1, 3, 13, 13, 5, (3, 2), (2, 1), (1, 0, 2, 1), (2, 1), 1, "nchw", "nhwc"),
+    (2, 24, 7, 9, 42, (3, 3), (2, 2), (1, 1, 1, 1), (2, 2), 3, "nhwc", "nchw"),
+    (3, 32, 5, 5, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
+    (2, 13, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
+    (3, 24, 2, 10, 9, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
+]
+
+
+def dump_cuda_attention_and_conv(d: Dumper) -> None:
+    """Every candidate of the CUDA attention template (its space plus ATTENTION_EXTRA_PARAMS)
+    on ATTENTION_CASES, and the CUDA implicit-GEMM conv template's level-1 candidates (plus
+    channels-first on three) on CONV_CASES in float16 and bfloat16, for the sm_90 target."""
+    from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm
+
+    target = _cuda_target()
+    host = plugin_host()
+    for template in host.templates.templates_for("attention", "cuda"):
+        params_list = []
+        for params in list(template.bounded_space(target, 2)) + ATTENTION_EXTRA_PARAMS:
+            if params not in params_list:
+                params_list.append(params)
+        for c, (qs, ks, vs, ms, kind, scale, zero_nan, dtype) in enumerate(ATTENTION_CASES):
+            q, k, v = (hf.symbol(s, dtype) for s in (qs, ks, vs))
+            mask = None if ms is None else hf.symbol(ms, "bool" if kind == "select" else "float32")
+            op = hf.ops.attention(q, k, v, mask, scale=scale, mask_kind=None if ms is None else kind,
+                                  zero_nan=zero_nan).producer
+            if hasattr(template, "applies") and not template.applies(op.task, op.attributes):
+                continue
+            for j, params in enumerate(params_list):
+                scheduled = template.build(op.task, op.attributes, params, target)
+                d.write(f"attn_sm90_{template.name}_{c}_{dtype}_{j:03d}", scheduled, target)
+    for template in host.templates.templates_for("conv2d_igemm", "cuda"):
+        space = list(template.bounded_space(target, 1))
+        params_list = space + [dict(p, channels_first=1) for p in space[1:4]]
+        for c, case in enumerate(CONV_CASES):
+            geo = ConvGeometry(*case[:10], x_layout=case[10], y_layout=case[11])
+            for dtype in ("float16", "bfloat16"):
+                y = conv2d_igemm(hf.symbol(geo.x_shape, dtype), hf.symbol(geo.w_shape, dtype), geo)
+                task, attributes = y.producer.task, dict(y.producer.attributes)
+                for j, params in enumerate(params_list):
+                    scheduled = template.build(task, attributes, params, target)
+                    d.write(f"conv_sm90_{template.name}_{c}_{dtype}_{j:03d}", scheduled, target)
+
+
+SECTIONS["cuda_attention_conv"] = dump_cuda_attention_and_conv
+
+
 def main(argv: list[str]) -> int:
     """``OUT_DIR [SECTION...]``: all sections by default."""
     if not argv or any(a not in SECTIONS for a in argv[1:]):

@@ -189,27 +189,37 @@ def _const(value: float, dtype: str):
     return hf.constant(np.array(value, np.float16))
 
 
-@pytest.mark.nvcc
-def test_every_case_and_grafted_blocks_compile(tmp_path, monkeypatch, rng):
+def _compile_cases_and_grafted_blocks(case_params, block_params, block_shape, name, rng):
+    """What the compile-only tests of both tensor-core forms check: every case built with
+    each of `case_params`, and the exported block (fp16 plain and causal, bf16 causal;
+    ``_fused(dtype, causal, *block_shape)``) built with each of `block_params` with its head
+    split / merge grafted, compile to sm_90 cubins through mma.sync and ldmatrix."""
     from hidet_framework.fusion import fuse_group
     from hidet_plugin_cuda.nvrtc_build import build_cubin
 
-    monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
     target, template = _target(), _template()
     jobs = []
     for k in range(len(CASES)):
         op, _, _ = _case(k, rng)
-        jobs += [template.build(op.task, op.attributes, {"form": "mma", "warps": w}, target) for w in WARPS]
+        jobs += [template.build(op.task, op.attributes, params, target) for params in case_params]
     for dtype, causal in (("float16", False), ("float16", True), ("bfloat16", True)):
-        group = _fused(dtype, causal)
+        group = _fused(dtype, causal, *block_shape)
         anchor = group.anchor_member
-        jobs.append(fuse_group(template.build(anchor.task, dict(anchor.attributes), {"form": "mma"}, target), group))
+        for params in block_params:
+            jobs.append(fuse_group(template.build(anchor.task, dict(anchor.attributes), params, target), group))
     for k, scheduled in enumerate(jobs):
         src = _source(scheduled, target)
         assert "mma.sync" in src and "ldmatrix" in src
-        result = build_cubin(src, arch="sm_90", name=f"attention_mma{k}", target_fingerprint=target.fingerprint())
+        result = build_cubin(src, arch="sm_90", name=f"{name}{k}", target_fingerprint=target.fingerprint())
         with open(result.path, "rb") as f:
             assert f.read(4) == b"\x7fELF"
+
+
+@pytest.mark.nvcc
+def test_every_case_and_grafted_blocks_compile(tmp_path, monkeypatch, rng):
+    monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
+    _compile_cases_and_grafted_blocks([{"form": "mma", "warps": w} for w in WARPS], [{"form": "mma"}], (),
+                                      "attention_mma", rng)
 
 
 def _run(op, arrays, params, dtype):
@@ -243,6 +253,24 @@ def test_every_case_matches_float64_on_the_gpu(k, warps, rng):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"case {k} warps {warps}")
 
 
+def _check_causal_block(fn, dtype, heads, seq, d, rng):
+    """Run `fn`, a causal `_block(dtype, True, heads, seq, d)` compiled for the GPU, on a random
+    input and compare it with the float64 reference of its attention."""
+    x = rng.standard_normal((1, seq, 3 * heads * d)).astype(np.float32)
+    device_x, exact = _rounded(x, dtype)
+    q, k, v = (exact[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d).transpose(0, 2, 1, 3)
+               for i in range(3))
+    want = _reference([q, k.transpose(0, 1, 3, 2), v], np.tril(np.ones((seq, seq), bool)), "select", d ** -0.5, True)
+    want = want.transpose(0, 2, 1, 3).reshape(1, seq, heads * d)
+    backend = plugin_host().backend_for("cuda")
+    arg = backend.device.from_numpy(device_x, dtype="bfloat16") if dtype == "bfloat16" else device_x
+    got = fn(arg)
+    got = np.asarray(got if isinstance(got, np.ndarray) else backend.device.to_numpy(got))
+    got = _from_bits(got).astype(np.float64) if got.dtype == np.uint16 else got.astype(np.float64)
+    tol = 3e-2 if dtype == "bfloat16" else 5e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, monkeypatch, tmp_path, rng):
@@ -260,16 +288,4 @@ def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, monkeypatch, tmp
     fn = hf.compile(_block(dtype, True, heads, seq, d), target="cuda", space=0, parallel=False)
     params = [getattr(getattr(t, "scheduled", None), "params", None) or {} for t in getattr(fn, "tasks", ())]
     assert built or any(p.get("form") == "mma" for p in params)  # the attention kernel is the mma form
-    x = rng.standard_normal((1, seq, 3 * heads * d)).astype(np.float32)
-    device_x, exact = _rounded(x, dtype)
-    q, k, v = (exact[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d).transpose(0, 2, 1, 3)
-               for i in range(3))
-    want = _reference([q, k.transpose(0, 1, 3, 2), v], np.tril(np.ones((seq, seq), bool)), "select", d ** -0.5, True)
-    want = want.transpose(0, 2, 1, 3).reshape(1, seq, heads * d)
-    backend = plugin_host().backend_for("cuda")
-    arg = backend.device.from_numpy(device_x, dtype="bfloat16") if dtype == "bfloat16" else device_x
-    got = fn(arg)
-    got = np.asarray(got if isinstance(got, np.ndarray) else backend.device.to_numpy(got))
-    got = _from_bits(got).astype(np.float64) if got.dtype == np.uint16 else got.astype(np.float64)
-    tol = 3e-2 if dtype == "bfloat16" else 5e-3
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    _check_causal_block(fn, dtype, heads, seq, d, rng)

@@ -20,8 +20,8 @@ import pytest
 
 import hidet_framework as hf
 
-from .test_attention_mma import (CASES, _block, _case, _from_bits, _fused, _rounded, _run, _source, _target,
-                                 _template)
+from .test_attention_mma import (CASES, _block, _case, _check_causal_block, _compile_cases_and_grafted_blocks,
+                                 _fused, _run, _source, _target, _template)
 from .attention_reference import reference as _reference
 
 ENV = "HIDET_FRAMEWORK_ATTENTION_SPLIT"
@@ -162,26 +162,9 @@ def test_a_grafted_causal_block_in_a_cpu_emulation(shape, tmp_path):
 
 @pytest.mark.nvcc
 def test_every_case_and_grafted_blocks_compile(tmp_path, monkeypatch, rng):
-    from hidet_framework.fusion import fuse_group
-    from hidet_plugin_cuda.nvrtc_build import build_cubin
-
     monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
-    target, template = _target(), _template()
-    jobs = []
-    for k in range(len(CASES)):
-        op, _, _ = _case(k, rng)
-        jobs += [template.build(op.task, op.attributes, _params(w, s), target) for w, s in SHAPES[:-1]]
-    for dtype, causal in (("float16", False), ("float16", True), ("bfloat16", True)):
-        group = _fused(dtype, causal, 12, 128, 64)
-        anchor = group.anchor_member
-        for w, s in SHAPES:
-            jobs.append(fuse_group(template.build(anchor.task, dict(anchor.attributes), _params(w, s), target), group))
-    for k, scheduled in enumerate(jobs):
-        src = _source(scheduled, target)
-        assert "mma.sync" in src and "ldmatrix" in src
-        result = build_cubin(src, arch="sm_90", name=f"attention_split{k}", target_fingerprint=target.fingerprint())
-        with open(result.path, "rb") as f:
-            assert f.read(4) == b"\x7fELF"
+    _compile_cases_and_grafted_blocks([_params(w, s) for w, s in SHAPES[:-1]], [_params(w, s) for w, s in SHAPES],
+                                      (12, 128, 64), "attention_split", rng)
 
 
 @pytest.mark.cuda
@@ -201,7 +184,6 @@ def test_every_case_matches_float64_on_the_gpu(k, shape, rng):
 def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, seq, monkeypatch, tmp_path, rng):
     import hidet_plugin_ops.cuda_attention_split as split_form
     from hidet_framework.driver.task_compiler import clear_task_cache
-    from hidet_framework.extension import plugin_host
 
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv("HIDET_FRAMEWORK_CACHE", str(tmp_path / "cache"))
@@ -213,16 +195,4 @@ def test_a_gpt2_like_block_through_compile_uses_the_form(dtype, seq, monkeypatch
     fn = hf.compile(_block(dtype, True, heads, seq, d), target="cuda", space=0, parallel=False)
     clear_task_cache()
     assert built and built[0] == (8, 8)  # the attention kernel is the split form, 16 rows a block
-    x = rng.standard_normal((1, seq, 3 * heads * d)).astype(np.float32)
-    device_x, exact = _rounded(x, dtype)
-    q, k, v = (exact[..., i * heads * d:(i + 1) * heads * d].reshape(1, seq, heads, d).transpose(0, 2, 1, 3)
-               for i in range(3))
-    want = _reference([q, k.transpose(0, 1, 3, 2), v], np.tril(np.ones((seq, seq), bool)), "select", d ** -0.5, True)
-    want = want.transpose(0, 2, 1, 3).reshape(1, seq, heads * d)
-    backend = plugin_host().backend_for("cuda")
-    arg = backend.device.from_numpy(device_x, dtype="bfloat16") if dtype == "bfloat16" else device_x
-    got = fn(arg)
-    got = np.asarray(got if isinstance(got, np.ndarray) else backend.device.to_numpy(got))
-    got = _from_bits(got).astype(np.float64) if got.dtype == np.uint16 else got.astype(np.float64)
-    tol = 3e-2 if dtype == "bfloat16" else 5e-3
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    _check_causal_block(fn, dtype, heads, seq, d, rng)

@@ -1,4 +1,5 @@
-"""Fixtures shared by the plugin tests: an isolated build cache, fresh random numbers."""
+"""Fixtures shared by the plugin tests: an isolated build cache, fresh random numbers, the
+CPU backend, the GPU (the CUDA matmul and conv tests)."""
 from __future__ import annotations
 
 import os
@@ -35,3 +36,15 @@ def cpu_backend():
     if not availability.usable:
         pytest.skip(f"CPU backend not usable: {availability.reason}")
     return backend
+
+
+@pytest.fixture(scope="module")
+def cuda_env():
+    """(backend, detected target, torch) of a usable GPU."""
+    from hidet_plugin_cuda import CudaBackend
+
+    backend = CudaBackend()
+    if not backend.availability():
+        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
+    torch = pytest.importorskip("torch")
+    return backend, backend.detect_target(), torch

@@ -368,17 +368,6 @@ def test_candidates_and_fused_epilogue_compile_to_sm90(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------- GPU
-@pytest.fixture(scope="module")
-def cuda_env():
-    from hidet_plugin_cuda import CudaBackend
-
-    backend = CudaBackend()
-    if not backend.availability():
-        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
-    torch = pytest.importorskip("torch")
-    return backend, backend.detect_target(), torch
-
-
 GPU_COMBOS = [("nchw", "nchw", "float16"), ("nhwc", "nhwc", "float16"), ("nchw", "nchw", "bfloat16")]
 
 

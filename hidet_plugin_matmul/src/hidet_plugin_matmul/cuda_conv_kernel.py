@@ -29,10 +29,11 @@ the fusion engine grafts bias / activation epilogues onto them.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 from hidet_framework.ir.dtypes import data_type
-from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range, u32
+from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
 from hidet_framework.lang.annotations import DTypeAnnotation
 
 from hidet_plugin_matmul.cuda_conv_op import ConvGeometry
@@ -41,6 +42,7 @@ from hidet_plugin_matmul.cuda_ir_builders import (
 )
 from hidet_plugin_matmul.cuda_conv_gather import ConvGather
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div
+from hidet_plugin_matmul.cuda_mma_pipeline import KTilePipeline
 from hidet_plugin_matmul.cuda_smem_offsets import tile_copy
 from hidet_plugin_matmul.cuda_tensor_core_kernel import MmaBlock
 
@@ -70,14 +72,13 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
     n_whole = np_ % bn == 0
     out_dt = f32 if split > 1 else dt
     out_shape = (split, groups, m, cog) if split > 1 else geo.y_shape
-    load_frags = blk.load_frags
 
     def mma_all(acc, af, bf, fb):  # accumulators as separate in and out operands (the form run in W1)
         return seq_of([blk.mma(acc[mi, ni, :], af[fb, mi, :], bf[fb, ni, :], acc[mi, ni, :])
                        for mi in range(mt) for ni in range(nt)])
 
     # ---- host helpers emitting statements (called while tracing) ----------------
-    def copy_tiles(x, w, sa, sb, sta_off, stb_off, stage, kbase, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj):
+    def copy_tiles(x, w, sa, sb, sta_off, stb_off, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj, stage, kbase):
         out = []
         for j, values in enumerate(gather.column_state(kbase, ai, aj, gz)):  # once per k-tile, in registers
             out += [store(cs[v, j], e) for v, e in enumerate(values)]
@@ -91,7 +92,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
                                  (k_whole, n_whole), lambda r, c: w[gz, r, c]))
         return seq_of(out)
 
-    def load_regs(x, w, ra, rb, kbase, n0, gz, rn, rh, rw, ai, aj, bi, bj):
+    def load_regs(x, w, ra, rb, n0, gz, rn, rh, rw, ai, aj, bi, bj, kbase):
         out = []
         for t, (src, ok) in enumerate(gather.taps(x, rn, rh, rw, gz, kbase, ai, aj)):
             out.append(store(ra[t], src) if ok is True else guarded_copy(ra[t], src, ok))
@@ -101,9 +102,6 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
             out.append(store(rb[t], w[gz, row, col]) if ok is True else guarded_copy(rb[t], w[gz, row, col], ok))
         return seq_of(out)
 
-    def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
-        return blk.store_regs(sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan)
-
     @script
     def conv_tc(x: dt[geo.x_shape], w: dt[geo.w_shape], out: out_dt[out_shape]):
         attrs.func_kind = "cuda_kernel"
@@ -111,15 +109,7 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
         attrs.cuda.grid_dim = (grid_n, grid_m, groups * split)
         attrs.cuda.block_dim = threads
         attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
-        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
-        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
-        acc = register_tensor(f32, [mt, nt, 4])
-        af = register_tensor(u32, [2, mt, 4])
-        bf = register_tensor(u32, [2, nt, 2])
-        lda_off = register_tensor(i32, [len(blk.lda_plan.bases)])
-        ldb_off = register_tensor(i32, [len(blk.ldb_plan.bases)])
-        sta_off = register_tensor(i32, [len(sta_plan.bases)])
-        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        sa, sb, acc, af, bf, lda_off, ldb_off, sta_off, stb_off = blk.registers(dt, stages, sta_plan, stb_plan)
         rn = register_tensor(i32, [len(a_rows)])
         rh = register_tensor(i32, [len(a_rows)])
         rw = register_tensor(i32, [len(a_rows)])
@@ -140,43 +130,23 @@ def build_conv_module(geo: ConvGeometry, dtype: str, params: Mapping[str, Any], 
             rw[r] = w0
         for mi, ni, e in grid3(mt, nt, 4):
             acc[mi, ni, e] = 0.0
+        frags = (sa, sb, af, bf, lda_off, ldb_off, acc)
         if async_copy:
             cs = register_tensor(i32, [3, len(gather.cols)])  # column_state of the k-tile being copied
-            for s in static_range(stages - 1):
-                if s < tiles:
-                    copy_tiles(x, w, sa, sb, sta_off, stb_off, s, k_begin + s * bk, n0, gz, rn, rh, rw, cs, ai, aj,
-                               bi, bj)
-                cu.cp_async_commit_group()
-            cu.cp_async_wait_group(stages - 2)
+            pipe = KTilePipeline(blk, tiles, stages, k_begin, frags, mma_all,
+                                 copy=partial(copy_tiles, x, w, sa, sb, sta_off, stb_off, n0, gz, rn, rh, rw, cs, ai, aj,
+                                              bi, bj))
         else:
             ra = register_tensor(dt, [len(a_deltas)])
             rb = register_tensor(dt, [len(b_deltas)])
-            load_regs(x, w, ra, rb, k_begin, n0, gz, rn, rh, rw, ai, aj, bi, bj)
-            store_regs(sa, sb, ra, rb, sta_off, stb_off, 0)
-        cu.syncthreads()
-        load_frags(af, bf, lda_off, ldb_off, sa, sb, 0, 0, 0)
+            pipe = KTilePipeline(blk, tiles, stages, k_begin, frags, mma_all,
+                                 load=partial(load_regs, x, w, ra, rb, n0, gz, rn, rh, rw, ai, aj, bi, bj),
+                                 store=partial(blk.store_regs, sta_plan, stb_plan, sa, sb, ra, rb, sta_off, stb_off))
+        pipe.fill()
         for kt in range(tiles):
             stage = kt % stages
             for kk in static_range(ks):
-                if kk == 0:
-                    if async_copy:
-                        if kt + stages - 1 < tiles:
-                            copy_tiles(x, w, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
-                                       k_begin + (kt + stages - 1) * bk, n0, gz, rn, rh, rw, cs, ai, aj, bi, bj)
-                        cu.cp_async_commit_group()
-                    else:
-                        if kt + 1 < tiles:
-                            load_regs(x, w, ra, rb, k_begin + (kt + 1) * bk, n0, gz, rn, rh, rw, ai, aj, bi, bj)
-                if kk == ks - 1:
-                    if async_copy:
-                        cu.cp_async_wait_group(stages - 2)
-                    else:
-                        store_regs(sa, sb, ra, rb, sta_off, stb_off, 1 - stage)
-                    cu.syncthreads()
-                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, (kt + 1) % stages, 0)
-                else:
-                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
-                mma_all(acc, af, bf, kk % 2)
+                pipe.step(kt, kk, stage)
         lane = tid % 32
         wr, wc = blk.warp_of(tid)
         for mi, ni, e in grid3(mt, nt, 4):

@@ -42,7 +42,6 @@ from typing import Any, Mapping
 from hidet_framework.ir.dtypes import data_type
 from hidet_framework.lang import attrs, f32, i32, register_tensor, script, script_module, static_range
 from hidet_framework.lang.annotations import DTypeAnnotation
-from hidet_framework.mapping.layout import row_major, swizzle
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
@@ -50,7 +49,7 @@ from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, 
                                                tile_efficiency)
 from hidet_plugin_matmul.cuda_ir_builders import cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
+from hidet_plugin_matmul.cuda_wgmma import wgmma_tile_begin, wgmma_tile_copies, wgmma_tile_end
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.operators import MatmulOperands
 
@@ -171,9 +170,7 @@ def build_skinny_module(ops: MatmulOperands, dtype: str, params: Mapping[str, An
     grid_n = ceil_div(n, bn)
     a_size, b_size = mp * BK, BK * bn
     dt = DTypeAnnotation(data_type(dtype))
-    sa_layout = swizzle(row_major(mp, BK), vector=8, period=8)
-    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
-    a_copy, b_copy = tile_copy(sa_layout, mp, BK, per_group, 8), tile_copy(sb_layout, BK, bn, per_group, 8)
+    sa_layout, sb_layout, a_copy, b_copy = wgmma_tile_copies(mp, bn, per_group)
     a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
     b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
     m_whole, n_whole = m == mp, n % bn == 0
@@ -227,10 +224,8 @@ def build_skinny_module(ops: MatmulOperands, dtype: str, params: Mapping[str, An
         n0 = cu.blockIdx.x * bn
         kt0 = s * tiles + gk
         group = local // 128
-        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(local), sta_plan)):
-            sta_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(local), stb_plan)):
-            stb_off[t] = e
+        a_copy.store_offsets(sta_off, sa_layout, local)
+        b_copy.store_offsets(stb_off, sb_layout, local)
         ai, aj = a_origin(local)
         bi, bj = b_origin(local)
         for j in static_range(acc_n):
@@ -242,19 +237,12 @@ def build_skinny_module(ops: MatmulOperands, dtype: str, params: Mapping[str, An
                            bi, bj)
             cu.cp_async_commit_group()
         for kt in range(tiles_g):
-            cu.cp_async_wait_group(ahead - 1)
-            hw.fence_proxy_async()
-            cu.syncthreads()
-            hw.wgmma_pin_registers(acc_list(acc), acc_n)
-            hw.wgmma_fence()
-            multiply(acc, sa, sb, kt % stages * kg + gk, group)
-            hw.wgmma_commit_group()
+            wgmma_tile_begin(acc_list(acc), acc_n, ahead, multiply(acc, sa, sb, kt % stages * kg + gk, group))
             if kt + ahead < tiles_g:
                 copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + ahead) % stages * kg + gk,
                            (kt0 + (kt + ahead) * kg) * BK, n0, bz, ai, aj, bi, bj)
             cu.cp_async_commit_group()
-            hw.wgmma_wait_group(0)
-            hw.wgmma_pin_registers(acc_list(acc), acc_n)
+            wgmma_tile_end(acc_list(acc), acc_n)
         if kg > 1:  # k-groups 1.. hand their sums to group 0 through the (now idle) shared memory
             red = cu.dynamic_shared_tensor(f32, [(kg - 1) * acc_n * per_group], 0)
             cu.syncthreads()

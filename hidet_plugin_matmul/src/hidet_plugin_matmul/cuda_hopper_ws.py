@@ -44,7 +44,6 @@ from hidet_framework.ir.dtypes import data_type
 from hidet_framework.ir.type_infer import cast_if_needed
 from hidet_framework.lang import attrs, f32, register_tensor, script, script_module, shared_tensor, static_range, u64
 from hidet_framework.lang.annotations import DTypeAnnotation
-from hidet_framework.mapping.layout import row_major, swizzle
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
@@ -55,7 +54,7 @@ from hidet_plugin_matmul.cuda_hopper_ws_space import (BK, DEFAULT, EPI_PITCH, PR
                                                        model_opted_in, ws_auto, ws_config, ws_kernel, ws_legal, ws_space,
                                                        ws_splits)
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
-from hidet_plugin_matmul.cuda_wgmma import wgmma_k_steps
+from hidet_plugin_matmul.cuda_wgmma import wgmma_b_layout, wgmma_k_steps
 from hidet_plugin_matmul.operators import MatmulOperands
 
 def ws_tile(t: Any, rank: Any, grid_n: int, unit_m: int, batch: int, raster: int, cl: int) -> tuple:
@@ -160,7 +159,7 @@ def build_ws_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     dt = DTypeAnnotation(data_type(dtype))
     dt_ir = data_type(dtype)
     c_dt = f32 if splits > 1 else dt
-    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
+    sb_layout = wgmma_b_layout(bn)
     m_whole, n_whole = m % bm == 0 and grid_m % cl == 0, n % bn == 0
     a_box = (1,) * (len(ops.a_shape) - 2) + (bm, BK)
     b_box = (1,) * (len(ops.b_shape) - 2) + (BK, 64)

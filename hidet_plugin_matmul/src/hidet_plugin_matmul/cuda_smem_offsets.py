@@ -86,6 +86,13 @@ class TileCopy:
         i, j = worker_origin(self.mapping, t)
         return i, j * self.vec
 
+    def store_offsets(self, regs: Any, layout: Any, t: Any) -> Any:
+        """The statements giving thread `t`'s offset registers `regs` (one per base of
+        `plan`) their values in `layout`."""
+        from hidet_plugin_matmul.cuda_ir_builders import seq_of, store
+
+        return seq_of([store(regs[k], e) for k, e in enumerate(base_offset_exprs(layout, self.origin(t), self.plan))])
+
 
 def tile_copy(layout: Any, rows: int, cols: int, threads: int, vec: int) -> TileCopy:
     from hidet_framework.mapping.task_mapping import auto_map

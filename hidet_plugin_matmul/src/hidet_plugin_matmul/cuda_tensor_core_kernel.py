@@ -32,6 +32,7 @@ second kernel adds them up.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 from hidet_framework.mapping.layout import row_major, swizzle
@@ -46,6 +47,7 @@ from hidet_plugin_matmul.cuda_ir_builders import (
     block_tile, both, cp_async_tile, grid3, guard, guarded_copy, seq_of, store,
 )
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, worker_origin
+from hidet_plugin_matmul.cuda_mma_pipeline import KTilePipeline
 from hidet_plugin_matmul.cuda_pad_operands import build_pad_kernel, padded_shapes
 from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, plan_offsets, tile_copy
 from hidet_plugin_matmul.operators import MatmulOperands
@@ -132,8 +134,9 @@ class MmaBlock:
                 out.append(self.mma(c, af[fb, mi, :], bf[fb, ni, :], c))
         return seq_of(out)
 
-    def store_regs(self, sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan):
-        """Register-staged tiles (``ra``/``rb``, one element per copy delta) to stage `stage`."""
+    def store_regs(self, sta_plan, stb_plan, sa, sb, ra, rb, sta_off, stb_off, stage):
+        """Register-staged tiles (``ra``/``rb``, one element per copy delta) to stage `stage`
+        (`sta_plan`, `stb_plan`: the copies' offset plans)."""
         out = []
         for t in range(len(sta_plan.uses)):
             base, const = sta_plan.uses[t]
@@ -142,6 +145,20 @@ class MmaBlock:
             base, const = stb_plan.uses[t]
             out.append(store(sb[stage * self.b_size + stb_off[base] + const], rb[t]))
         return seq_of(out)
+
+    def registers(self, dt, stages, sta_plan, stb_plan):
+        """The block's storage, to unpack in the kernel: the shared stages of A and B (sa,
+        sb), the accumulators (acc), the double-buffered fragments (af, bf), the offset
+        registers of the fragment loads (lda_off, ldb_off) and the tile copies (sta_off,
+        stb_off; `sta_plan`, `stb_plan`: the copies' offset plans)."""
+        from hidet_plugin_cuda import lang as cu
+
+        mt, nt = self.cfg["mt"], self.cfg["nt"]
+        return (cu.dynamic_shared_tensor(dt, [stages * self.a_size], 0),
+                cu.dynamic_shared_tensor(dt, [stages * self.b_size], stages * self.a_size * 2),
+                register_tensor(f32, [mt, nt, 4]), register_tensor(u32, [2, mt, 4]), register_tensor(u32, [2, nt, 2]),
+                register_tensor(i32, [len(self.lda_plan.bases)]), register_tensor(i32, [len(self.ldb_plan.bases)]),
+                register_tensor(i32, [len(sta_plan.bases)]), register_tensor(i32, [len(stb_plan.bases)]))
 
     def offsets(self, tid, lda_off, ldb_off, sta_off, stb_off, a_copy, b_copy):
         """The offset registers' initial values (`cuda_smem_offsets`), as statements."""
@@ -196,7 +213,6 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     a_size, b_size = blk.a_size, blk.b_size  # elements per stage
     dt = DTypeAnnotation(data_type(dtype))
     sa_layout, sb_layout = blk.sa_layout, blk.sb_layout
-    lda_plan, ldb_plan = blk.lda_plan, blk.ldb_plan
 
     # global -> shared copies: 16-byte chunks (cp.async) or elements (registers)
     vec = 8 if async_copy else 1
@@ -211,21 +227,19 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
     def out_index(zs, bz, row, col):
         return (zs, bz, row, col) if split > 1 else ops.c_index(bz, row, col)
 
-    load_frags, mma_all = blk.load_frags, blk.mma_all
-
     # guards the static shape makes always true are not emitted (v3): every block tile
     # whole in M / N, every k-tile whole in K (no split slice runs past the end)
     m_whole, n_whole = m % bm == 0, nb % bn == 0 and n % bn == 0
     k_whole = ka % bk == 0 and k % bk == 0 and tiles * split == tiles_all
 
-    def copy_tiles(a, b, sa, sb, sta_off, stb_off, stage, kbase, m0, n0, bz, ai, aj, bi, bj):
+    def copy_tiles(a, b, sa, sb, sta_off, stb_off, m0, n0, bz, ai, aj, bi, bj, stage, kbase):
         return seq_of([
             cp_async_tile(sa, stage * a_size, sta_off, sta_plan, a_deltas, m0 + ai, kbase + aj, (m, ka),
                           (m_whole, k_whole), lambda r, c: a[ops.a_index(bz, r, c)]),
             cp_async_tile(sb, stage * b_size, stb_off, stb_plan, b_deltas, kbase + bi, n0 + bj, (k, nb),
                           (k_whole, n_whole), lambda r, c: b[ops.b_index(bz, r, c)])])
 
-    def load_regs(a, b, ra, rb, kbase, m0, n0, bz, ai, aj, bi, bj):
+    def load_regs(a, b, ra, rb, m0, n0, bz, ai, aj, bi, bj, kbase):
         out = []
         for t, (di, dj) in enumerate(a_deltas):
             row, col = m0 + ai + di, kbase + aj + dj
@@ -235,9 +249,6 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
             out.append(guarded_copy(rb[t], b[ops.b_index(bz, row, col)], both(row < k, col < n)))
         return seq_of(out)
 
-    def store_regs(sa, sb, ra, rb, sta_off, stb_off, stage):
-        return blk.store_regs(sa, sb, ra, rb, sta_off, stb_off, stage, sta_plan, stb_plan)
-
     @script
     def matmul_tc(a: dt[a_shape], b: dt[b_shape], out: out_dt[out_shape]):
         attrs.func_kind = "cuda_kernel"
@@ -245,15 +256,7 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         attrs.cuda.grid_dim = (grid_n, grid_m, batch * split)
         attrs.cuda.block_dim = threads
         attrs.cuda.dynamic_smem_bytes = stages * (a_size + b_size) * 2
-        sa = cu.dynamic_shared_tensor(dt, [stages * a_size], 0)
-        sb = cu.dynamic_shared_tensor(dt, [stages * b_size], stages * a_size * 2)
-        acc = register_tensor(f32, [mt, nt, 4])
-        af = register_tensor(u32, [2, mt, 4])
-        bf = register_tensor(u32, [2, nt, 2])
-        lda_off = register_tensor(i32, [len(lda_plan.bases)])
-        ldb_off = register_tensor(i32, [len(ldb_plan.bases)])
-        sta_off = register_tensor(i32, [len(sta_plan.bases)])
-        stb_off = register_tensor(i32, [len(stb_plan.bases)])
+        sa, sb, acc, af, bf, lda_off, ldb_off, sta_off, stb_off = blk.registers(dt, stages, sta_plan, stb_plan)
         tid = cu.threadIdx.x
         bz = cu.blockIdx.z % batch
         zs = cu.blockIdx.z // batch
@@ -266,41 +269,21 @@ def build_tc_module(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], 
         bi, bj = b_origin(tid)
         for mi, ni, e in grid3(mt, nt, 4):
             acc[mi, ni, e] = 0.0
+        frags = (sa, sb, af, bf, lda_off, ldb_off, acc)
         if async_copy:
-            for s in static_range(stages - 1):
-                if s < tiles:
-                    copy_tiles(a, b, sa, sb, sta_off, stb_off, s, k_begin + s * bk, m0, n0, bz, ai, aj, bi, bj)
-                cu.cp_async_commit_group()
-            cu.cp_async_wait_group(stages - 2)
+            pipe = KTilePipeline(blk, tiles, stages, k_begin, frags, blk.mma_all,
+                                 copy=partial(copy_tiles, a, b, sa, sb, sta_off, stb_off, m0, n0, bz, ai, aj, bi, bj))
         else:
             ra = register_tensor(dt, [len(a_deltas)])
             rb = register_tensor(dt, [len(b_deltas)])
-            load_regs(a, b, ra, rb, k_begin, m0, n0, bz, ai, aj, bi, bj)
-            store_regs(sa, sb, ra, rb, sta_off, stb_off, 0)
-        cu.syncthreads()
-        load_frags(af, bf, lda_off, ldb_off, sa, sb, 0, 0, 0)
+            pipe = KTilePipeline(blk, tiles, stages, k_begin, frags, blk.mma_all,
+                                 load=partial(load_regs, a, b, ra, rb, m0, n0, bz, ai, aj, bi, bj),
+                                 store=partial(blk.store_regs, sta_plan, stb_plan, sa, sb, ra, rb, sta_off, stb_off))
+        pipe.fill()
         for kt in range(tiles):
             stage = kt % stages
             for kk in static_range(ks):
-                if kk == 0:
-                    if async_copy:
-                        if kt + stages - 1 < tiles:
-                            copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + stages - 1) % stages,
-                                       k_begin + (kt + stages - 1) * bk, m0, n0, bz, ai, aj, bi, bj)
-                        cu.cp_async_commit_group()
-                    else:
-                        if kt + 1 < tiles:
-                            load_regs(a, b, ra, rb, k_begin + (kt + 1) * bk, m0, n0, bz, ai, aj, bi, bj)
-                if kk == ks - 1:
-                    if async_copy:
-                        cu.cp_async_wait_group(stages - 2)
-                    else:
-                        store_regs(sa, sb, ra, rb, sta_off, stb_off, 1 - stage)
-                    cu.syncthreads()
-                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, (kt + 1) % stages, 0)
-                else:
-                    load_frags(af, bf, lda_off, ldb_off, sa, sb, (kk + 1) % 2, stage, kk + 1)
-                mma_all(acc, af, bf, kk % 2)
+                pipe.step(kt, kk, stage)
         lane = tid % 32
         wr, wc = blk.warp_of(tid)
         for mi, ni, e in grid3(mt, nt, 4):

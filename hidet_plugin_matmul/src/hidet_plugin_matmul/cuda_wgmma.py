@@ -49,7 +49,7 @@ from hidet_plugin_matmul.cuda_defaults import (AUTO, Gemm, Gpu, Kernel, choose, 
 from hidet_plugin_matmul.cuda_stage_operands import prologue_inputs
 from hidet_plugin_matmul.cuda_ir_builders import block_tile, cp_async_tile, guard, seq_of
 from hidet_plugin_matmul.cuda_matmul_common import ceil_div, target_int, task_dtype
-from hidet_plugin_matmul.cuda_smem_offsets import base_offset_exprs, tile_copy
+from hidet_plugin_matmul.cuda_smem_offsets import tile_copy
 from hidet_plugin_matmul.operators import MatmulOperands
 
 BK = 64  # one 128-byte swizzle row of 16-bit elements
@@ -151,6 +151,26 @@ class CudaWgmmaMatmul(Template):
         return ScheduledTask(module, (launch,), (), source=self.name, params=p)
 
 
+def wgmma_a_layout(rows: int) -> Any:
+    """A's shared tile [rows, BK] as wgmma reads it (module docstring): K-major rows of 128
+    bytes, 16-byte chunks XOR-permuted by row % 8 (the hardware's 128-byte swizzle)."""
+    return swizzle(row_major(rows, BK), vector=8, period=8)
+
+
+def wgmma_b_layout(bn: int) -> Any:
+    """B's shared tile [BK, bn] as wgmma reads it (module docstring): panels of 64 columns,
+    each swizzled like A. Also what the warp-specialized template's TMA writes."""
+    return row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
+
+
+def wgmma_tile_copies(rows: int, bn: int, threads: int) -> tuple:
+    """(A's layout, B's layout, A's copy, B's copy): the shared tiles [rows, BK] and [BK, bn]
+    as wgmma reads them, and how `threads` threads fill them in 16-byte cp.async chunks
+    (`cuda_smem_offsets.tile_copy`); this template's and the skinny one's."""
+    sa_layout, sb_layout = wgmma_a_layout(rows), wgmma_b_layout(bn)
+    return sa_layout, sb_layout, tile_copy(sa_layout, rows, BK, threads, 8), tile_copy(sb_layout, BK, bn, threads, 8)
+
+
 def wgmma_k_steps(acc: Any, sa: Any, a_base: Any, sb: Any, b_base: Any, group: Any, m_tiles: int, bn: int,
                   dtype: str, sb_layout: Any) -> Any:
     """The wgmma instructions of one stage's BK slice (its A and B tiles start at
@@ -172,6 +192,30 @@ def wgmma_k_steps(acc: Any, sa: Any, a_base: Any, sb: Any, b_base: Any, group: A
     return seq_of(out)
 
 
+def wgmma_tile_begin(pinned: list, count: int, ahead: int, mmas: Any) -> Any:
+    """A k-tile of the cp.async + wgmma pipelines (this template's and the skinny one's,
+    `cuda_hopper_skinny`), up to its wgmmas: wait for its copies (at most `ahead` - 1
+    newer groups still in flight), make them visible to the async proxy, barrier, then
+    the wgmmas `mmas` after the accumulators' pin (`pinned`, `count` registers) and the
+    fence, committed as one group. The kernel then issues the copies of the k-tile
+    `ahead` on and calls `wgmma_tile_end`."""
+    from hidet_framework.ir.stmt import EvaluateStmt
+    from hidet_plugin_cuda import hopper as hw
+    from hidet_plugin_cuda import lang as cu
+
+    return seq_of([cu.cp_async_wait_group(ahead - 1), hw.fence_proxy_async(), EvaluateStmt(cu.syncthreads()),
+                   hw.wgmma_pin_registers(pinned, count), hw.wgmma_fence(), mmas, hw.wgmma_commit_group()])
+
+
+def wgmma_tile_end(pinned: list, count: int) -> Any:
+    """The end of a k-tile (`wgmma_tile_begin`): wait for its wgmmas and pin the
+    accumulators again. (Leaving the group running while the next is issued made ptxas
+    serialise every wgmma, C7514, in our tries: each k-tile's group is waited for here.)"""
+    from hidet_plugin_cuda import hopper as hw
+
+    return seq_of([hw.wgmma_wait_group(0), hw.wgmma_pin_registers(pinned, count)])
+
+
 def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any], name: str):
     from hidet_plugin_cuda import hopper as hw
     from hidet_plugin_cuda import lang as cu
@@ -184,10 +228,7 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
     grid_n, grid_m = ceil_div(n, bn), ceil_div(m, bm)
     a_size, b_size = bm * BK, BK * bn
     dt = DTypeAnnotation(data_type(dtype))
-    sa_layout = swizzle(row_major(bm, BK), vector=8, period=8)
-    sb_layout = row_major(1, bn // 64) * swizzle(row_major(BK, 64), vector=8, period=8)
-
-    a_copy, b_copy = tile_copy(sa_layout, bm, BK, threads, 8), tile_copy(sb_layout, BK, bn, threads, 8)
+    sa_layout, sb_layout, a_copy, b_copy = wgmma_tile_copies(bm, bn, threads)
     a_origin, a_deltas, sta_plan = a_copy.origin, a_copy.deltas, a_copy.plan
     b_origin, b_deltas, stb_plan = b_copy.origin, b_copy.deltas, b_copy.plan
     m_whole, n_whole, k_whole = m % bm == 0, n % bn == 0, k % BK == 0
@@ -226,10 +267,8 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
         m0 = m_tile * bm
         n0 = n_tile * bn
         group = tid // 128
-        for t, e in enumerate(base_offset_exprs(sa_layout, a_origin(tid), sta_plan)):
-            sta_off[t] = e
-        for t, e in enumerate(base_offset_exprs(sb_layout, b_origin(tid), stb_plan)):
-            stb_off[t] = e
+        a_copy.store_offsets(sta_off, sa_layout, tid)
+        b_copy.store_offsets(stb_off, sb_layout, tid)
         ai, aj = a_origin(tid)
         bi, bj = b_origin(tid)
         for mi in static_range(m_tiles):
@@ -241,21 +280,12 @@ def build_wgmma_kernel(ops: MatmulOperands, dtype: str, params: Mapping[str, Any
                 copy_tiles(a, b, sa, sb, sta_off, stb_off, s, s * BK, m0, n0, bz, ai, aj, bi, bj)
             cu.cp_async_commit_group()
         for kt in range(tiles):
-            cu.cp_async_wait_group(ahead - 1)
-            hw.fence_proxy_async()
-            cu.syncthreads()
-            hw.wgmma_pin_registers(acc_list(acc), acc_regs)
-            hw.wgmma_fence()
-            multiply(acc, sa, sb, kt % stages, group)
-            hw.wgmma_commit_group()
+            wgmma_tile_begin(acc_list(acc), acc_regs, ahead, multiply(acc, sa, sb, kt % stages, group))
             if kt + ahead < tiles:
                 copy_tiles(a, b, sa, sb, sta_off, stb_off, (kt + ahead) % stages, (kt + ahead) * BK,
                            m0, n0, bz, ai, aj, bi, bj)
             cu.cp_async_commit_group()
-            # (leaving this group running while the next is issued made ptxas serialise
-            # every wgmma, C7514, in our tries: each k-tile's group is waited for here)
-            hw.wgmma_wait_group(0)
-            hw.wgmma_pin_registers(acc_list(acc), acc_regs)
+            wgmma_tile_end(acc_list(acc), acc_regs)
         lane = tid % 32
         warp = tid % 128 // 32
         for mi in static_range(m_tiles):

@@ -1,5 +1,5 @@
-"""Fixtures of the CUDA matmul template tests: the GPU (skipped with the reason when
-there is none), the same restricted to Hopper (sm_90: wgmma, TMA), and one run of a
+"""Fixtures of the CUDA matmul template tests: the GPU restricted to Hopper (sm_90: wgmma,
+TMA; `cuda_env`, the GPU itself, is tests/plugins/conftest.py's), and one run of a
 candidate against a float64 reference."""
 from __future__ import annotations
 
@@ -7,18 +7,6 @@ import numpy as np
 import pytest
 
 from hidet_plugin_matmul.operators import matmul_task
-
-
-@pytest.fixture(scope="module")
-def cuda_env():
-    """(backend, detected target, torch) of a usable GPU."""
-    from hidet_plugin_cuda import CudaBackend
-
-    backend = CudaBackend()
-    if not backend.availability():
-        pytest.skip(f"no usable CUDA GPU: {backend.availability().reason}")
-    torch = pytest.importorskip("torch")
-    return backend, backend.detect_target(), torch
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ from .attention import accumulator_dtype
 from .cpu_attention import kernel_operands
 from .cuda_attention_mma import eligible, enabled, mma_kernel
 from . import cuda_attention_split as split_form
-from .cuda_attention_warps import warp_kernel
+from .cuda_attention_warps import block_reduce, warp_kernel
 
 __all__ = ["CudaAttention"]
 
@@ -78,12 +78,11 @@ CHUNK = 32  # keys per shared tile of the tiled form
 
 
 def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
-    from hidet_plugin_cuda.lang import FULL_MASK, blockIdx, shfl_xor_sync, syncthreads, threadIdx
+    from hidet_plugin_cuda.lang import blockIdx, syncthreads, threadIdx
 
     batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
     rows = math.prod(batch) * m
     warps = threads // 32
-    levels = [16 >> s for s in range(5)]
     lowest = const(ct.min_value(), ct)
     n_chunks, d_chunks, dv_chunks = -(-n // threads), -(-d // threads), -(-dv // threads)
 
@@ -115,14 +114,7 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
                 z = logit(s, mk, b, i, j)
                 srow[j] = z
                 top = maximum(top, z)
-        for lv in static_range(5):
-            top = maximum(top, shfl_xor_sync(FULL_MASK, top, levels[lv]))
-        if tid % 32 == 0:
-            red[0, tid / 32] = top
-        syncthreads()
-        top = red[0, 0]
-        for w in static_range(1, warps):
-            top = maximum(top, red[0, w])
+        block_reduce(top, "max", red, 0, tid % 32 == 0, tid, warps)
         total = const(0.0, ct)
         for k in range(n_chunks):
             j = k * threads + tid
@@ -130,14 +122,7 @@ def _kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
                 e = exp(srow[j] - top)
                 srow[j] = e
                 total = total + e
-        for lv in static_range(5):
-            total = total + shfl_xor_sync(FULL_MASK, total, levels[lv])
-        if tid % 32 == 0:
-            red[1, tid / 32] = total
-        syncthreads()
-        total = red[1, 0]
-        for w in static_range(1, warps):
-            total = total + red[1, w]
+        block_reduce(total, "sum", red, 1, tid % 32 == 0, tid, warps)
         inv = const(1.0, ct) / total
         for k in range(dv_chunks):
             c = k * threads + tid

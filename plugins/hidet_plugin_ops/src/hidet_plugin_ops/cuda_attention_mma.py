@@ -55,20 +55,17 @@ import os
 from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import TensorElement, cast, const, if_then_else, maximum, minimum
+from hidet_framework.ir.expr import cast, if_then_else, maximum, minimum
 from hidet_framework.ir.math_functions import exp
-from hidet_framework.ir.stmt import AsmStmt
-from hidet_framework.lang import f32, register_tensor, script, static_range, u32
+from hidet_framework.lang import script, static_range
 from hidet_framework.lang import attrs
-from hidet_framework.mapping.task_mapping import auto_map
 
-from .cpu_attention import kernel_operands
+from .cuda_attention_mma_block import PAD, MmaAttentionBlock, chunk_keys, target_props
 
 __all__ = ["ENV", "enabled", "eligible", "plan", "mma_kernel"]
 
 ENV = "HIDET_FRAMEWORK_ATTENTION_MMA"
 FULL = 4  # warps of an "auto" block: one per scheduler of an SM (measured best, docstring)
-PAD = 8  # elements added to every shared row (16 bytes)
 
 
 def enabled() -> bool:
@@ -84,14 +81,10 @@ def eligible(task: Any, attributes: Mapping[str, Any]) -> bool:
             and all(x % 16 == 0 and 16 <= x <= 128 for x in (d, dv)))
 
 
-def _props(target: Any):
-    return target.get if hasattr(target, "get") else (lambda key, default=None: default)
-
-
 def _layout(a: Mapping[str, Any], warps: int, budget: int) -> tuple[int, int, int]:
     """(KC, KT, shared bytes) for W warps: KT keys resident, a multiple of KC."""
     n, d, dv = (int(a[k]) for k in ("n", "d", "dv"))
-    kc = 64 if max(d, dv) <= 64 else 32
+    kc = chunk_keys(d, dv)
     fixed, per_key = 16 * warps * (d + PAD) * 2, (d + dv + 2 * PAD) * 2
     fit = max(kc, (budget - fixed) // per_key // kc * kc)
     kt = min(-(-n // kc) * kc, fit)
@@ -100,7 +93,7 @@ def _layout(a: Mapping[str, Any], warps: int, budget: int) -> tuple[int, int, in
 
 def plan(task: Any, a: Mapping[str, Any], warps: Any, target: Any) -> tuple[int, int, int, int]:
     """(W, KC, KT, shared bytes) of a candidate's ``warps`` (an int, or "auto")."""
-    props = _props(target)
+    props = target_props(target)
     sms, on_chip = int(props("sm_count", 132)), int(props("smem_per_sm", 228 * 1024))
     budget = on_chip // 2
     m, n, d, dv = (int(a[k]) for k in ("m", "n", "d", "dv"))
@@ -120,42 +113,20 @@ def plan(task: Any, a: Mapping[str, Any], warps: Any, target: Any) -> tuple[int,
 def mma_kernel(task: Any, a: Mapping[str, Any], warps: Any, target: Any, name: str):
     from hidet_plugin_cuda import lang as cu
 
-    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (logit, probability) = kernel_operands(task, a)
-    ot = task.inputs[0].dtype
     w, kc, kt, smem = plan(task, a, warps, target)
-    rows, threads = 16 * w, 32 * w
-    row_blocks, tiles = -(-m // rows), -(-n // kt)
-    mma = cu.mma_sync_m16n8k16_f16_f32 if ot is dtypes.float16 else cu.mma_sync_m16n8k16_bf16_f32
-    cvt = "f16x2" if ot is dtypes.float16 else "bf16x2"
-    dp, dvp = d + PAD, dv + PAD
-    q_map, k_map, v_map = (auto_map(r, c, workers=threads) for r, c in ((rows, d), (kt, d), (kt, dv)))
-    lowest, zero, ninf, one = const(ct.min_value(), ct), const(0.0, ct), const(float("-inf"), ct), const(1.0, ct)
-    part_rows, part_tile, part_chunk = m % rows != 0, n % kt != 0, n % kc != 0
-    fzero = const(0.0, ot)
-
-    def q_load(qx, b, i, c):  # rows past M: row M-1 again (never stored)
-        return qa.load(qx, b, minimum(i, m - 1) if part_rows else i, c, ot)
-
-    def chunks(t0):  # chunks of KC keys in tile t0 that hold a key < N
-        return kt // kc if tiles == 1 else minimum(kt // kc, (n - t0 * kt + kc - 1) / kc)
-
-    def kv_load(acc, x, b, j, c, key_first):
-        if not part_tile:
-            return acc.load(x, b, j, c, ot) if key_first else acc.load(x, b, c, j, ot)
-        jc = minimum(j, n - 1)
-        value = acc.load(x, b, jc, c, ot) if key_first else acc.load(x, b, c, jc, ot)
-        return if_then_else(j < n, value, fzero) if key_first else value  # V past N: 0 (p = 0 there)
+    blk = MmaAttentionBlock(task, a, 16 * w, 32 * w, kc, kt)  # operands, loads, the tensor-core products
+    batch, m, n, dv, ot = blk.batch, blk.m, blk.n, blk.dv, blk.ot
+    qt, ktt, vt, mt, yt = blk.types
+    ka, va, ya, logit, probability = blk.ka, blk.va, blk.ya, blk.logit, blk.probability
+    rows, threads, row_blocks, tiles, dp, dvp = blk.rows, blk.threads, blk.row_blocks, blk.tiles, blk.dp, blk.dvp
+    q_map, k_map, v_map = blk.q_map, blk.k_map, blk.v_map
+    ninf, one = blk.ninf, blk.one
+    part_rows, part_chunk = blk.part_rows, blk.part_chunk
+    chunks, kv_load = blk.chunks, blk.kv_load
 
     def score(s, mk, b, i, j):
-        z = logit(s, mk, b, minimum(i, m - 1) if part_rows else i, minimum(j, n - 1) if part_chunk else j)
+        z = logit(s, mk, b, blk.row_of(i), minimum(j, n - 1) if part_chunk else j)
         return if_then_else(j < n, z, ninf) if part_chunk else z
-
-    def mma_into(acc, i, a_frag, b_regs):  # acc[i, :] += A B, in place
-        regs = [TensorElement(acc, (const(i), const(e))) for e in range(4)]
-        return mma(regs, a_frag, b_regs, regs)
-
-    def pack(dst, lo, hi):  # two fp32 -> one b32 register of two halves, lo in bits 0..15
-        return AsmStmt(f"cvt.rn.{cvt}.f32 %0, %1, %2;", (("=r", dst),), (("f", hi), ("f", lo)), False, ())
 
     @script
     def attention_mma_cuda(qx: qt, kx: ktt, vx: vt, mk: mt, yx: yt):
@@ -167,27 +138,15 @@ def mma_kernel(task: Any, a: Mapping[str, Any], warps: Any, target: Any, name: s
         qs = cu.dynamic_shared_tensor(ot, [rows, dp], 0)
         ks = cu.dynamic_shared_tensor(ot, [kt, dp], rows * dp * 2)
         vs = cu.dynamic_shared_tensor(ot, [kt, dvp], (rows * dp + kt * dp) * 2)
-        qf = register_tensor(u32, [4])
-        kf = register_tensor(u32, [4])
-        vf = register_tensor(u32, [4])
-        pf = register_tensor(u32, [4])
-        sc = register_tensor(f32, [kc // 8, 4])
-        oc = register_tensor(f32, [dv // 8, 4])
-        top = register_tensor(f32, [2])
-        tot = register_tensor(f32, [2])
+        qf, kf, vf, pf, sc, oc, top, tot = blk.registers()
         b = cu.blockIdx.x / row_blocks
         i0 = cu.blockIdx.x % row_blocks * rows
         tid = cu.threadIdx.x
         wr = tid / 32 * 16  # the warp's first row in the block
         lane = tid % 32
         for r, c in q_map.on(tid):
-            qs[r, c] = q_load(qx, b, i0 + r, c)
-        for h in static_range(2):
-            top[h] = lowest
-            tot[h] = zero
-        for ni in static_range(dv // 8):
-            for e in static_range(4):
-                oc[ni, e] = zero
+            qs[r, c] = blk.load_q(qx, b, i0 + r, c)
+        blk.clear_state(top, tot, oc)
         for t0 in range(tiles):
             if tiles > 1:
                 cu.syncthreads()  # the previous tile's readers of ks and vs are done
@@ -197,15 +156,7 @@ def mma_kernel(task: Any, a: Mapping[str, Any], warps: Any, target: Any, name: s
                 vs[jj, c] = kv_load(va, vx, b, t0 * kt + jj, c, True)
             cu.syncthreads()
             for c1 in range(chunks(t0)):
-                for ni in static_range(kc // 8):
-                    for e in static_range(4):
-                        sc[ni, e] = zero
-                for kk in static_range(d // 16):
-                    cu.ldmatrix_x4(qf, qs[wr + lane % 16, kk * 16 + lane / 16 * 8])
-                    for q2 in static_range(kc // 16):
-                        cu.ldmatrix_x4(kf, ks[c1 * kc + q2 * 16 + lane % 8 + lane / 16 * 8, kk * 16 + lane / 8 % 2 * 8])
-                        mma_into(sc, 2 * q2, qf, [kf[0], kf[1]])
-                        mma_into(sc, 2 * q2 + 1, qf, [kf[2], kf[3]])
+                blk.scores(sc, qf, kf, qs, ks, wr, lane, c1)
                 for h in static_range(2):
                     row = i0 + wr + lane / 4 + h * 8
                     mx = top[h]
@@ -219,24 +170,13 @@ def mma_kernel(task: Any, a: Mapping[str, Any], warps: Any, target: Any, name: s
                     alpha = exp(top[h] - mx)
                     top[h] = mx
                     tot[h] = tot[h] * alpha
-                    for ni in static_range(dv // 8):
-                        for e in static_range(2):
-                            oc[ni, 2 * h + e] = oc[ni, 2 * h + e] * alpha
+                    blk.rescale(oc, h, alpha)
                     for ni in static_range(kc // 8):
                         for e in static_range(2):
                             p = exp(sc[ni, 2 * h + e] - mx)
                             sc[ni, 2 * h + e] = p
                             tot[h] = tot[h] + p
-                for kk in static_range(kc // 16):
-                    pack(pf[0], sc[2 * kk, 0], sc[2 * kk, 1])
-                    pack(pf[1], sc[2 * kk, 2], sc[2 * kk, 3])
-                    pack(pf[2], sc[2 * kk + 1, 0], sc[2 * kk + 1, 1])
-                    pack(pf[3], sc[2 * kk + 1, 2], sc[2 * kk + 1, 3])
-                    for q2 in static_range(dv // 16):
-                        cu.ldmatrix_x4(vf, vs[c1 * kc + kk * 16 + lane % 8 + lane / 8 % 2 * 8, q2 * 16 + lane / 16 * 8],
-                                       trans=True)
-                        mma_into(oc, 2 * q2, pf, [vf[0], vf[1]])
-                        mma_into(oc, 2 * q2 + 1, pf, [vf[2], vf[3]])
+                blk.products(oc, pf, vf, vs, sc, lane, c1)
         for h in static_range(2):
             s = tot[h]
             s = s + cu.shfl_xor_sync(cu.FULL_MASK, s, 1)

@@ -41,18 +41,17 @@ import os
 from typing import Any, Mapping
 
 from hidet_framework.ir import dtypes
-from hidet_framework.ir.expr import TensorElement, cast, const, if_then_else, maximum, minimum, not_equal
+from hidet_framework.ir.expr import cast, const, if_then_else, maximum, minimum, not_equal
 from hidet_framework.ir.math_functions import exp
-from hidet_framework.ir.stmt import AsmStmt
-from hidet_framework.lang import attrs, f32, register_tensor, script, static_range, u32
+from hidet_framework.lang import attrs, f32, script, static_range
 from hidet_framework.mapping.task_mapping import auto_map
 
-from .cpu_attention import _Batched, kernel_operands
+from .cpu_attention import _Batched
+from .cuda_attention_mma_block import PAD, MmaAttentionBlock, chunk_keys, target_props
 
 __all__ = ["ENV", "enabled", "split_plan", "split_kernel", "auto_split"]
 
 ENV = "HIDET_FRAMEWORK_ATTENTION_SPLIT"
-PAD = 8  # elements added to every shared row of Q, K, V (16 bytes), as the mma form
 FPAD = 8  # floats added to every row of the staged mask and the partial outputs: the 8 rows a
 #          fragment access touches fall in 2 bank groups instead of 1 (2-way, not 8-way)
 SPLITS = (2, 4, 8)  # key groups a block may have
@@ -65,14 +64,10 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def _props(target: Any):
-    return target.get if hasattr(target, "get") else (lambda key, default=None: default)
-
-
 def auto_split(task: Any, a: Mapping[str, Any], target: Any) -> tuple[int, int] | None:
     """(W, S) of ``split`` "auto", or None where the mma form's grid (4-warp blocks of 64
     rows) already gives every SM a block."""
-    sms = int(_props(target)("sm_count", 132))
+    sms = int(target_props(target)("sm_count", 132))
     entries = math.prod(int(s) for s in a["batch"])
     m = int(a["m"])
     if entries * -(-m // 64) >= sms:
@@ -87,10 +82,10 @@ def split_plan(task: Any, a: Mapping[str, Any], warps: int, split: int, target: 
     key groups, KC keys a chunk, KT keys resident a tile, byte offsets of each region."""
     if split not in SPLITS or warps % split or warps // split not in GROUPS:
         raise ValueError(f"attention split form: warps {warps} / split {split} not in G {GROUPS} x S {SPLITS}")
-    on_chip = int(_props(target)("smem_per_sm", 228 * 1024))
+    on_chip = int(target_props(target)("smem_per_sm", 228 * 1024))
     n, d, dv = (int(a[k]) for k in ("n", "d", "dv"))
     rows = 16 * (warps // split)
-    kc = 64 if max(d, dv) <= 64 else 32
+    kc = chunk_keys(d, dv)
     while kc > 16 and -(-n // kc) < split:
         kc //= 2
     masked = a["mask_kind"] != "none"
@@ -139,46 +134,25 @@ def _staged_logit(task: Any, a: Mapping[str, Any], batch, ct):
 def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target: Any, name: str):
     from hidet_plugin_cuda import lang as cu
 
-    batch, (m, n, d, dv), ct, (qt, ktt, vt, mt, yt), (qa, ka, va, ya), (_, probability) = kernel_operands(task, a)
-    mask_value, logit = _staged_logit(task, a, batch, ct)
-    ot = task.inputs[0].dtype
     p = split_plan(task, a, warps, split, target)
     rows, kc, kt, masked = p["rows"], p["kc"], p["kt"], p["masked"]
+    blk = MmaAttentionBlock(task, a, rows, 32 * warps, kc, kt)  # operands, loads, the tensor-core products
+    batch, m, n, dv, ot = blk.batch, blk.m, blk.n, blk.dv, blk.ot
+    qt, ktt, vt, mt, yt = blk.types
+    ka, va, ya, probability = blk.ka, blk.va, blk.ya, blk.probability
+    mask_value, logit = _staged_logit(task, a, batch, blk.ct)
     q_off, k_off, v_off, m_off, o_off, s_off = p["offsets"]
-    threads, groups = 32 * warps, warps // split
-    row_blocks, tiles = -(-m // rows), -(-n // kt)
-    mma = cu.mma_sync_m16n8k16_f16_f32 if ot is dtypes.float16 else cu.mma_sync_m16n8k16_bf16_f32
-    cvt = "f16x2" if ot is dtypes.float16 else "bf16x2"
-    dp, dvp = d + PAD, dv + PAD
-    q_map, k_map, v_map, o_map = (auto_map(r, c, workers=threads) for r, c in ((rows, d), (kt, d), (kt, dv), (rows, dv)))
+    threads, row_blocks, tiles, dp, dvp = blk.threads, blk.row_blocks, blk.tiles, blk.dp, blk.dvp
+    q_map, k_map, v_map = blk.q_map, blk.k_map, blk.v_map
+    o_map = auto_map(rows, dv, workers=threads)
     m_map = auto_map(rows, kt, workers=threads)
-    lowest, zero, ninf, one = const(ct.min_value(), ct), const(0.0, ct), const(float("-inf"), ct), const(1.0, ct)
-    part_rows, part_tile, part_chunk = m % rows != 0, n % kt != 0, n % kc != 0
-    fzero = const(0.0, ot)
-
-    def row_of(i):  # rows past M: row M-1 again (never stored)
-        return minimum(i, m - 1) if part_rows else i
-
-    def chunks(t0):  # chunks of KC keys in tile t0 that hold a key < N
-        return kt // kc if tiles == 1 else minimum(kt // kc, (n - t0 * kt + kc - 1) / kc)
-
-    def kv_load(acc, x, b, j, c, key_first):
-        if not part_tile:
-            return acc.load(x, b, j, c, ot) if key_first else acc.load(x, b, c, j, ot)
-        jc = minimum(j, n - 1)
-        value = acc.load(x, b, jc, c, ot) if key_first else acc.load(x, b, c, jc, ot)
-        return if_then_else(j < n, value, fzero) if key_first else value  # V past N: 0 (p = 0 there)
+    zero, ninf, one = blk.zero, blk.ninf, blk.one
+    part_rows, part_tile, part_chunk = blk.part_rows, blk.part_tile, blk.part_chunk
+    row_of, chunks, kv_load = blk.row_of, blk.chunks, blk.kv_load
 
     def score(s, ms, mk, b, i, r, j, jj):  # r, jj: the row and key within the block / tile
         z = logit(s, ms[r, jj] if masked else zero)
         return if_then_else(j < n, z, ninf) if part_chunk or part_tile else z
-
-    def mma_into(acc, i, a_frag, b_regs):  # acc[i, :] += A B, in place
-        regs = [TensorElement(acc, (const(i), const(e))) for e in range(4)]
-        return mma(regs, a_frag, b_regs, regs)
-
-    def pack(dst, lo, hi):  # two fp32 -> one b32 register of two halves, lo in bits 0..15
-        return AsmStmt(f"cvt.rn.{cvt}.f32 %0, %1, %2;", (("=r", dst),), (("f", hi), ("f", lo)), False, ())
 
     @script
     def attention_split_cuda(qx: qt, kx: ktt, vx: vt, mk: mt, yx: yt):
@@ -193,14 +167,7 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
         ms = cu.dynamic_shared_tensor(f32, [rows, kt + FPAD], m_off)
         po = cu.dynamic_shared_tensor(f32, [warps * 16, dv + FPAD], o_off)
         pm = cu.dynamic_shared_tensor(f32, [2, warps * 16], s_off)
-        qf = register_tensor(u32, [4])
-        kf = register_tensor(u32, [4])
-        vf = register_tensor(u32, [4])
-        pf = register_tensor(u32, [4])
-        sc = register_tensor(f32, [kc // 8, 4])
-        oc = register_tensor(f32, [dv // 8, 4])
-        top = register_tensor(f32, [2])
-        tot = register_tensor(f32, [2])
+        qf, kf, vf, pf, sc, oc, top, tot = blk.registers()
         b = cu.blockIdx.x / row_blocks
         i0 = cu.blockIdx.x % row_blocks * rows
         tid = cu.threadIdx.x
@@ -208,13 +175,8 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
         wr = warp / split * 16  # the warp's first row in the block
         lane = tid % 32
         for r, c in q_map.on(tid):
-            qs[r, c] = qa.load(qx, b, row_of(i0 + r), c, ot)
-        for h in static_range(2):
-            top[h] = lowest
-            tot[h] = zero
-        for ni in static_range(dv // 8):
-            for e in static_range(4):
-                oc[ni, e] = zero
+            qs[r, c] = blk.load_q(qx, b, i0 + r, c)
+        blk.clear_state(top, tot, oc)
         for t0 in range(tiles):
             if tiles > 1:
                 cu.syncthreads()  # the previous tile's readers of ks, vs and ms are done
@@ -227,15 +189,7 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
                     ms[r, jj] = mask_value(mk, b, row_of(i0 + r), minimum(t0 * kt + jj, n - 1))
             cu.syncthreads()
             for c1 in range(warp % split, chunks(t0), split):
-                for ni in static_range(kc // 8):
-                    for e in static_range(4):
-                        sc[ni, e] = zero
-                for kk in static_range(d // 16):
-                    cu.ldmatrix_x4(qf, qs[wr + lane % 16, kk * 16 + lane / 16 * 8])
-                    for q2 in static_range(kc // 16):
-                        cu.ldmatrix_x4(kf, ks[c1 * kc + q2 * 16 + lane % 8 + lane / 16 * 8, kk * 16 + lane / 8 % 2 * 8])
-                        mma_into(sc, 2 * q2, qf, [kf[0], kf[1]])
-                        mma_into(sc, 2 * q2 + 1, qf, [kf[2], kf[3]])
+                blk.scores(sc, qf, kf, qs, ks, wr, lane, c1)
                 for h in static_range(2):
                     r = wr + lane / 4 + h * 8
                     mx = top[h]
@@ -251,24 +205,13 @@ def split_kernel(task: Any, a: Mapping[str, Any], warps: int, split: int, target
                     alpha = exp(top[h] - safe)
                     top[h] = mx
                     tot[h] = tot[h] * alpha
-                    for ni in static_range(dv // 8):
-                        for e in static_range(2):
-                            oc[ni, 2 * h + e] = oc[ni, 2 * h + e] * alpha
+                    blk.rescale(oc, h, alpha)
                     for ni in static_range(kc // 8):
                         for e in static_range(2):
                             pe = exp(sc[ni, 2 * h + e] - safe)
                             sc[ni, 2 * h + e] = pe
                             tot[h] = tot[h] + pe
-                for kk in static_range(kc // 16):
-                    pack(pf[0], sc[2 * kk, 0], sc[2 * kk, 1])
-                    pack(pf[1], sc[2 * kk, 2], sc[2 * kk, 3])
-                    pack(pf[2], sc[2 * kk + 1, 0], sc[2 * kk + 1, 1])
-                    pack(pf[3], sc[2 * kk + 1, 2], sc[2 * kk + 1, 3])
-                    for q2 in static_range(dv // 16):
-                        cu.ldmatrix_x4(vf, vs[c1 * kc + kk * 16 + lane % 8 + lane / 8 % 2 * 8, q2 * 16 + lane / 16 * 8],
-                                       trans=True)
-                        mma_into(oc, 2 * q2, pf, [vf[0], vf[1]])
-                        mma_into(oc, 2 * q2 + 1, pf, [vf[2], vf[3]])
+                blk.products(oc, pf, vf, vs, sc, lane, c1)
         for h in static_range(2):  # this warp's state of its 16 rows, for the other key groups
             s = tot[h]
             s = s + cu.shfl_xor_sync(cu.FULL_MASK, s, 1)

@@ -26,13 +26,32 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.expr import cast, const, maximum, minimum
 from hidet_framework.ir.math_functions import exp
+from hidet_framework.ir.stmt import AssignStmt, BufferStoreStmt, EvaluateStmt, IfStmt, seq
 from hidet_framework.lang import attrs, script, shared_tensor, static_range, unroll
 
 from .cpu_attention import kernel_operands
 
-__all__ = ["warp_kernel"]
+__all__ = ["warp_kernel", "block_reduce"]
 
 UNROLL = 8  # keys in flight per warp (scores) and per thread group (P @ V)
+
+
+def block_reduce(value: Any, kind: str, red: Any, slot: int, lane_zero: Any, tid: Any, warps: int):
+    """The statements that make `value` (a script variable: each thread's partial) the
+    block's maximum (`kind` "max") or sum ("sum"): a butterfly over the warp's lanes, lane
+    0 (`lane_zero`, its condition) stores the warp's result in ``red[slot, warp]``, and
+    after a barrier every thread folds the warps' results in order. Both per-row forms
+    (this one and cuda_attention.py's) reduce their row's maximum and sum so."""
+    from hidet_plugin_cuda.lang import FULL_MASK, shfl_xor_sync, syncthreads
+
+    def combine(x, y):
+        return maximum(x, y) if kind == "max" else x + y
+
+    out = [AssignStmt(value, combine(value, shfl_xor_sync(FULL_MASK, value, 16 >> s))) for s in range(5)]
+    out += [IfStmt(lane_zero, BufferStoreStmt(red, (slot, tid / 32), value), None), EvaluateStmt(syncthreads()),
+            AssignStmt(value, red[slot, 0])]
+    out += [AssignStmt(value, combine(value, red[slot, w])) for w in range(1, warps)]
+    return seq(*out)
 
 
 def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
@@ -81,27 +100,13 @@ def warp_kernel(task: Any, a: Mapping[str, Any], threads: int, name: str):
         top = lowest
         for j in range(tid, n, threads):
             top = maximum(top, srow[j])
-        for lv in static_range(5):
-            top = maximum(top, shfl_xor_sync(FULL_MASK, top, levels[lv]))
-        if lane == 0:
-            red[0, tid / 32] = top
-        syncthreads()
-        top = red[0, 0]
-        for w in static_range(1, warps):
-            top = maximum(top, red[0, w])
+        block_reduce(top, "max", red, 0, lane == 0, tid, warps)
         total = zero
         for j in range(tid, n, threads):
             e = exp(srow[j] - top)
             srow[j] = e
             total = total + e
-        for lv in static_range(5):
-            total = total + shfl_xor_sync(FULL_MASK, total, levels[lv])
-        if lane == 0:
-            red[1, tid / 32] = total
-        syncthreads()
-        total = red[1, 0]
-        for w in static_range(1, warps):
-            total = total + red[1, w]
+        block_reduce(total, "sum", red, 1, lane == 0, tid, warps)
         inv = const(1.0, ct) / total
         if groups > 1:
             if tid < groups * dv:
