@@ -34,12 +34,11 @@ from hidet_framework.lang import (
     static_range,
 )
 from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
 
 from .cpu_blocked import DEPTHWISE_BLOCKED
 from .cpu_conv_plan import tile_runs
 from .cpu_depthwise_conv import _unroll
-from .cpu_scheduling import balanced_row_blocks, bias_buffers, float32_task
+from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, bias_buffers
 
 __all__ = ["CpuDepthwiseBlocked", "build_depthwise_blocked", "ITEM_PIXELS"]
 
@@ -129,17 +128,11 @@ def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Ma
                          source="ops.conv2d_dw_blocked_cpu", params=dict(params))
 
 
-class CpuDepthwiseBlocked(Template):
+class CpuDepthwiseBlocked(CpuFloat32Template):
     """float32 ``conv2d_depthwise_blocked`` on the CPU (see the module docstring)."""
 
     name = "ops.conv2d_dw_blocked_cpu"
     operator = DEPTHWISE_BLOCKED
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task)
 
     def space(self, target: Any, level: int) -> list[dict]:
         u = _unroll(target, 9)

@@ -10,8 +10,10 @@ from typing import Any, Mapping
 
 from hidet_framework.lang import script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.template import Template
 
-__all__ = ["float32_task", "pool_window", "balanced_row_blocks", "one_kernel_task", "bias_buffers"]
+__all__ = ["float32_task", "CpuFloat32Template", "pool_window", "balanced_row_blocks", "one_kernel_task",
+           "bias_buffers"]
 
 
 def float32_task(task: Any, rank: int | None = None) -> bool:
@@ -19,6 +21,20 @@ def float32_task(task: Any, rank: int | None = None) -> bool:
     its first input has `rank` dimensions where `rank` is given (4: NCHW, 5: blocked)."""
     return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
         and (rank is None or len(task.inputs[0].shape) == rank)
+
+
+class CpuFloat32Template(Template):
+    """What the CPU templates of this module's users declare alike: the target, version 1
+    and priority 10 unless they say otherwise, and float32 tasks only (``rank``: of the
+    first input, None for any), the form their kernels are written for."""
+
+    target = "cpu"
+    version = "1"
+    priority = 10
+    rank: int | None = None
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return float32_task(task, self.rank)
 
 
 def pool_window(task: Any, attributes: Mapping[str, Any]) -> tuple:
