@@ -73,7 +73,7 @@ from .cpu_conv_plan import (
     LINE_FLOATS, channel_block, column_tiles, conv_space, last_block_vectors, max_pixels, next_block_lines, tile_runs,
 )
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies, prefetch_read
-from .cpu_scheduling import CpuFloat32Template, bias_buffers
+from .cpu_scheduling import CpuFloat32Template, bias_buffers, clip_kernel_rows
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles", "last_block_vectors", "max_pixels", "channel_block"]
 
@@ -299,12 +299,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                 kh_lo = 0
                 kh_hi = kh
                 if not static_rows:
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    clip_kernel_rows(kh_lo, kh_hi, ih0, kh, h, dh)
                 for ti in static_range(len(tiles)):
                     width = tiles[ti][1]
                     kernel, kernel_last = tiles[ti][3]

@@ -39,7 +39,7 @@ from hidet_framework.schedule.scheduled_task import ScheduledTask
 from .common import describe, make_operator, require_tensor
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import column_split
-from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, one_kernel_task, pool_window
+from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, clip_kernel_rows, one_kernel_task, pool_window
 from .pooling import Window2d, output_extent, window_origin
 
 __all__ = ["MAX_POOL_BLOCKED", "max_pool2d_blocked", "CpuMaxPool2dBlocked", "build_max_pool_blocked", "ITEM_PIXELS"]
@@ -103,12 +103,7 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                     ih0 = ohi * sh - top
                     kh_lo = 0
                     kh_hi = kh
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    clip_kernel_rows(kh_lo, kh_hi, ih0, kh, h, dh)
                     if kh_hi - kh_lo == kh:     # every kernel row inside the image: one pass
                         for iw in range(w):
                             for li in range(lanes):

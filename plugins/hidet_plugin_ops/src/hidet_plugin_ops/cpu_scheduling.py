@@ -2,18 +2,20 @@
 on the host, around their kernels: which tasks they take, how a pool reads its window
 from the attributes, how output rows are shared out as items, and the ScheduledTask
 around the one kernel each of them launches. The kernels themselves differ and stay
-in their modules.
+in their modules, but for one statement they trace alike: `clip_kernel_rows`.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from hidet_framework.ir.expr import const, minimum
+from hidet_framework.ir.stmt import AssignStmt, IfStmt, Stmt, seq
 from hidet_framework.lang import script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.schedule.template import Template
 
 __all__ = ["float32_task", "CpuFloat32Template", "pool_window", "balanced_row_blocks", "one_kernel_task",
-           "bias_buffers"]
+           "bias_buffers", "clip_kernel_rows"]
 
 
 def float32_task(task: Any, rank: int | None = None) -> bool:
@@ -76,3 +78,23 @@ def bias_buffers(has_bias: bool, no_bias_shape: tuple) -> tuple[tuple, tuple]:
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
     workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", no_bias_shape),)
     return refs, workspace
+
+
+def clip_kernel_rows(kh_lo: Any, kh_hi: Any, ih0: Any, kh: int, h: int, dh: int) -> Stmt:
+    """The statement that narrows the kernel rows ``kh_lo <= r < kh_hi`` of an output row
+    whose window starts at input row `ih0` (negative in the top padding) to those whose
+    input row ``ih0 + r * dh`` lies in the image (0 .. `h` - 1): a host helper called in
+    a kernel's script body, after ``kh_lo = 0`` and ``kh_hi = kh``, which emits it there
+    (docs/dsl.md, Statements). It builds what the kernels wrote inline, node for node,
+    so the generated code is the same:
+
+        if ih0 < 0:
+            kh_lo = (dh - 1 - ih0) / dh
+        if h - 1 - ih0 < 0:
+            kh_hi = 0
+        else:
+            kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+    """
+    return seq(IfStmt(ih0 < 0, AssignStmt(kh_lo, (dh - 1 - ih0) / dh)),
+               IfStmt(h - 1 - ih0 < 0, AssignStmt(kh_hi, const(0, "int32")),
+                      AssignStmt(kh_hi, minimum(kh, (h - 1 - ih0) / dh + 1))))
