@@ -25,7 +25,11 @@ GPU and takes a few minutes):
   rewrite rules make, and the NCHW convolutions and pools: small graphs rewritten as if
   compiled for each fixed CPU target, each node dumped with its default grafted, and
   every level-1 candidate of every template serving a convolution or pool node on its own
-  (section ``blocked``, about a minute more).
+  (section ``blocked``, about a minute more);
+- every space-2 candidate of every template of the reduce plugin (CPU rows and columns
+  for both CPU targets; CUDA rows, split rows, columns and scan for sm_90, also as a
+  fusion anchor) on rows and columns of odd, prime and long extents, every family
+  (reductions, argmax/argmin, cumsum, softmax, the norms) (section ``reduce``).
 
 It only uses public or long-standing entry points, so it runs unchanged on the commit
 before and after a refactoring.
@@ -439,6 +443,71 @@ def dump_blocked_cpu_graphs(d: Dumper) -> None:
 
 # a section of its own, registered apart from SECTIONS above (main reads it only when it runs)
 SECTIONS["blocked"] = dump_blocked_cpu_graphs
+
+
+# ---- the reduce plugin's templates (CPU rows, CUDA rows, columns, split rows and scan) ----
+# (name, builder of the output from hf.ops and hf.symbol): every family over the innermost
+# axes (rows of odd, prime and long extents: lane tails, CUDA streamed and split rows),
+# reductions, argmax and cumsum over non-innermost axes (columns), and the norms with and
+# without a bias, over more than one axis and per group.
+def _reduce_cases() -> list[tuple[str, Any]]:
+    o, s = hf.ops, hf.symbol
+    cases: list[tuple[str, Any]] = []
+    for shape, dtype in (((37, 71), "float32"), ((5, 3001), "float32"), ((3, 70001), "float32"),
+                         ((13, 320), "float16"), ((11, 67), "int32")):
+        tag = "x".join(map(str, shape)) + "_" + dtype
+        x = s(shape, dtype)
+        cases += [(f"reduce_sum_keep_{tag}", o.reduce_sum(x, -1, keepdims=True)),
+                  (f"reduce_max_{tag}", o.reduce_max(x, -1)), (f"reduce_min_{tag}", o.reduce_min(x, -1)),
+                  (f"reduce_prod_{tag}", o.reduce_prod(x, -1)), (f"reduce_sum_square_{tag}", o.reduce_sum_square(x, -1)),
+                  (f"argmax_{tag}", o.argmax(x, -1)), (f"argmin_last_{tag}", o.argmin(x, -1, select_last_index=True)),
+                  (f"cumsum_excl_{tag}", o.cumsum(x, -1, exclusive=True))]
+        if dtype == "int32":
+            continue
+        w, b = s(shape[-1:], dtype), s(shape[-1:], dtype)
+        cases += [(f"reduce_mean_{tag}", o.reduce_mean(x, -1)), (f"reduce_l2_{tag}", o.reduce_l2(x, -1)),
+                  (f"softmax_{tag}", o.softmax(x)), (f"log_softmax_{tag}", o.log_softmax(x)),
+                  (f"layer_norm_{tag}", o.layer_norm(x, w, b)), (f"layer_norm_nobias_{tag}", o.layer_norm(x, w)),
+                  (f"rms_norm_{tag}", o.rms_norm(x, w))]
+    for shape, axes, dtype in (((301, 129), 0, "float32"), ((7, 64, 33), 1, "float32"), ((4099, 64), 0, "float32"),
+                               ((3, 5, 7, 11), (1, 2), "float16"), ((9, 13), 0, "int32")):
+        tag = "x".join(map(str, shape)) + f"_a{axes}_{dtype}".replace(" ", "").replace(",", "")
+        x = s(shape, dtype)
+        first = axes if isinstance(axes, int) else axes[0]
+        cases += [(f"col_reduce_sum_{tag}", o.reduce_sum(x, axes)), (f"col_reduce_max_{tag}", o.reduce_max(x, axes, True)),
+                  (f"col_reduce_prod_{tag}", o.reduce_prod(x, axes)), (f"col_argmax_{tag}", o.argmax(x, first)),
+                  (f"col_cumsum_rev_{tag}", o.cumsum(x, first, reverse=True))]
+        if dtype != "int32":
+            cases += [(f"col_reduce_mean_{tag}", o.reduce_mean(x, axes, keepdims=True)),
+                      (f"col_reduce_l2_{tag}", o.reduce_l2(x, axes)), (f"col_reduce_min_{tag}", o.reduce_min(x, axes))]
+    x = s((2, 6, 5, 7), "float32")
+    c1, c2 = s((6,), "float32"), s((6,), "float32")
+    cases += [("group_norm_2x6x5x7", o.group_norm(x, c1, c2, 3)), ("instance_norm_2x6x5x7", o.instance_norm(x, c1, c2)),
+              ("layer_norm_axis1_2x6x5x7", o.layer_norm(x, s((5, 7), "float32"), s((7,), "float32"), axis=2))]
+    return cases
+
+
+def dump_reduce_templates(d: Dumper) -> None:
+    """Every space-2 candidate of every reduce-plugin template that applies to each case,
+    for the two CPU targets and sm_90 (CUDA also as a fusion anchor: element accesses
+    only, no vector loads)."""
+    anchor = "fusion.anchor"  # hidet_framework.fusion.plan.ANCHOR_ATTRIBUTE
+    host = plugin_host()
+    for cname, y in _reduce_cases():
+        op = y.producer
+        for tname, target in (("avx512", CPU_AVX512), ("avx2", CPU_AVX2), ("sm90", _cuda_target())):
+            for template in host.templates.templates_for(op.name, target.kind):
+                for graft in ((False, True) if target.kind == "cuda" else (False,)):
+                    attributes = dict(op.attributes, **({anchor: True} if graft else {}))
+                    if hasattr(template, "applies") and not template.applies(op.task, attributes):
+                        continue
+                    for k, params in enumerate(template.bounded_space(target, 2)):
+                        scheduled = template.build(op.task, attributes, params, target)
+                        d.write(f"reduce_{tname}_{template.name}_{cname}{'_graft' if graft else ''}_{k:03d}",
+                                scheduled, target)
+
+
+SECTIONS["reduce"] = dump_reduce_templates
 
 
 if __name__ == "__main__":

@@ -139,6 +139,15 @@ def deal_rows(workers: int, count: int, order: str) -> RowDeal:
     return RowDeal(workers, count, order)
 
 
+def deal_column_tiles(workers: int, outer: int, inner: int, width: int, order: str) -> tuple[int, int, RowDeal]:
+    """``(tiles, items, deal)`` of a kernel over columns (the reductions over
+    non-innermost axes, cumsum): its work items are (row, `width`-wide tile of the inner
+    axis) pairs, `tiles` per row, `items` in all, dealt to the workers as rows are."""
+    tiles = _ceil_div(inner, width)
+    items = outer * tiles
+    return tiles, items, deal_rows(workers, items, order)
+
+
 def halves(lanes: int) -> list[int]:
     """The steps of a tree combine of `lanes` accumulators (``part[j] op= part[j + h]``
     for h = lanes/2, ..., 1): log2(lanes) dependent vector steps instead of a serial
@@ -214,9 +223,7 @@ def reduce_columns_kernel(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], nam
     workers, lanes, kind = int(p["workers"]), int(p["lanes"]), acc.kind
     core = CORE[kind]
     outer, extent, inner = acc.outer, acc.extent, acc.inner
-    tiles = _ceil_div(inner, lanes)
-    items = outer * tiles
-    work = deal_rows(workers, items, p["order"])
+    tiles, items, work = deal_column_tiles(workers, outer, inner, lanes, p["order"])
 
     @script
     def reduce_columns(x: xt, y: yt):

@@ -16,9 +16,8 @@ from hidet_framework.schedule.scheduled_task import BufferRef, Launch, Scheduled
 from hidet_framework.schedule.template import Template
 
 from .cpu_rows import (
-    arg_scan_kernel, cpu_facts, cpu_space, deal_rows, halves, reduce_columns_kernel, reduce_rows_kernel,
-    softmax_rows_kernel,
-    tasks_for,
+    arg_scan_kernel, cpu_facts, cpu_space, deal_column_tiles, deal_rows, halves, reduce_columns_kernel,
+    reduce_rows_kernel, softmax_rows_kernel, tasks_for,
 )
 from .row_access import FAMILIES, RowAccess, accumulator_dtype
 
@@ -96,9 +95,7 @@ def _scan(acc: RowAccess, xt, yt, adt, p: Mapping[str, Any], name: str, exclusiv
     workers, lanes = int(p["workers"]), int(p["lanes"])
     outer, extent, inner = acc.outer, acc.extent, acc.inner
     width = lanes if inner > 1 else 1
-    tiles = -(-inner // width)
-    items = outer * tiles
-    work = deal_rows(workers, items, p["order"])
+    tiles, items, work = deal_column_tiles(workers, outer, inner, width, p["order"])
 
     @script
     def scan_rows(x: xt, y: yt):

@@ -37,16 +37,24 @@ def _common_applies(operator: str, task: Any, attributes: Mapping[str, Any]) -> 
     return task.inputs[0].dtype.name in _DTYPES
 
 
-class CudaRowTemplate(Template):
-    """Rows over innermost axes: a row per warp (short rows) or per block part."""
+class _CudaOperatorTemplate(Template):
+    """What the CUDA templates here declare alike: one instance per operator, named
+    ``reduce.<form>.<operator>``, for cuda, version 1, priority 10."""
 
     target = "cuda"
     version = "1"
     priority = 10
+    form = ""
 
     def __init__(self, operator: str) -> None:
         self.operator = operator
-        self.name = f"reduce.cuda_rows.{operator}"
+        self.name = f"reduce.{self.form}.{operator}"
+
+
+class CudaRowTemplate(_CudaOperatorTemplate):
+    """Rows over innermost axes: a row per warp (short rows) or per block part."""
+
+    form = "cuda_rows"
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
         return _common_applies(self.operator, task, attributes) and int(attributes["inner"]) == 1
@@ -80,17 +88,11 @@ class CudaRowTemplate(Template):
                              params={**dict(params), "plan": plan})
 
 
-class CudaColumnTemplate(Template):
+class CudaColumnTemplate(_CudaOperatorTemplate):
     """Reductions over non-innermost axes: coalesced along the inner axis, split over
     blocks (with a second, combining kernel) when the grid would not fill the GPU."""
 
-    target = "cuda"
-    version = "1"
-    priority = 10
-
-    def __init__(self, operator: str) -> None:
-        self.operator = operator
-        self.name = f"reduce.cuda_columns.{operator}"
+    form = "cuda_columns"
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
         return (_common_applies(self.operator, task, attributes) and int(attributes["inner"]) > 1
@@ -105,16 +107,12 @@ class CudaColumnTemplate(Template):
         return build_columns(self.operator, task, attributes, params, target, in_fusion_group(attributes), self.name)
 
 
-class CudaScanTemplate(Template):
+class CudaScanTemplate(_CudaOperatorTemplate):
     """cumsum: one thread per (row, column) runs the scan; consecutive threads take
     consecutive columns, so with ``inner > 1`` every step is a coalesced warp access
     (over the innermost axis each thread walks its own row: correct, not fast)."""
 
-    target = "cuda"
-    version = "1"
-    priority = 10
-    operator = "cumsum"
-    name = "reduce.cuda_scan.cumsum"
+    form = "cuda_scan"
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
         return _common_applies(self.operator, task, attributes)
@@ -133,7 +131,7 @@ def cuda_templates() -> dict[str, Template]:
     out: dict[str, Template] = {}
     for operator, family in FAMILIES.items():
         if family == "scan":
-            out["reduce.cuda_scan.cumsum"] = CudaScanTemplate()
+            out[f"reduce.cuda_scan.{operator}"] = CudaScanTemplate(operator)
             continue
         out[f"reduce.cuda_rows.{operator}"] = CudaRowTemplate(operator)
         if family == "reduce":

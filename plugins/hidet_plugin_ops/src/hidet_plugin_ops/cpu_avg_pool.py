@@ -40,10 +40,9 @@ from typing import Any, Mapping
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
 from hidet_framework.schedule.scheduled_task import ScheduledTask
-from hidet_framework.schedule.template import Template
 
 from .cpu_max_pool import column_split, item_blocks, margins
-from .cpu_scheduling import float32_task, one_kernel_task
+from .cpu_scheduling import CpuFloat32Template, one_kernel_task
 
 __all__ = ["CpuAvgPool2dRows", "build_avg_pool", "column_extent", "counted_everywhere"]
 
@@ -138,19 +137,19 @@ def build_avg_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     return one_kernel_task(avg_pool2d_cpu_rows, name, params)
 
 
-class CpuAvgPool2dRows(Template):
+class CpuAvgPool2dRows(CpuFloat32Template):
     """float32 NCHW ``avg_pool2d`` on the CPU, rows then columns (module docstring);
     above the depthwise form (`CpuAvgPool2d`), which stays in the space of level 1 and
     takes the windows this one refuses (`counted_everywhere`)."""
 
     name = "ops.avg_pool2d_cpu_rows"
     operator = "avg_pool2d"
-    target = "cpu"
+    rank = 4
     version = "2"
     priority = 11
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=4) and counted_everywhere(task, attributes)
+        return super().applies(task, attributes) and counted_everywhere(task, attributes)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

@@ -44,13 +44,12 @@ from hidet_framework.ir.expr import cast, const
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
 from hidet_framework.schedule.scheduled_task import ScheduledTask
-from hidet_framework.schedule.template import Template
 
 from .common import describe, make_operator, require_tensor
 from .cpu_avg_pool import column_extent
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import BUFFER_FLOATS, column_split, margins
-from .cpu_scheduling import balanced_row_blocks, float32_task, one_kernel_task, pool_window
+from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, one_kernel_task, pool_window
 from .pooling import Window2d, avg_count, output_extent, window_origin
 
 __all__ = ["AVG_POOL_BLOCKED", "avg_pool2d_blocked", "CpuAvgPool2dBlocked", "build_avg_pool_blocked", "fits",
@@ -169,19 +168,17 @@ def build_avg_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
     return one_kernel_task(avg_pool2d_blocked_cpu, name, params)
 
 
-class CpuAvgPool2dBlocked(Template):
+class CpuAvgPool2dBlocked(CpuFloat32Template):
     """float32 ``avg_pool2d_blocked`` on the CPU (see the module docstring); windows
     that count no position and rows wider than BUFFER_FLOATS are left to the
     auto-scheduler (`fits`)."""
 
     name = "ops.avg_pool2d_blocked_cpu"
     operator = AVG_POOL_BLOCKED
-    target = "cpu"
-    version = "1"
-    priority = 10
+    rank = 5
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=5) and fits(task, attributes)
+        return super().applies(task, attributes) and fits(task, attributes)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 1}] + ([{"rows": 0}] if level > 0 else [])

@@ -66,7 +66,6 @@ from hidet_framework.lang import (
     static_range,
 )
 from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
 
 from .cpu_conv import PACKED_OPERATOR, target_lanes
 from .cpu_conv_flat import build_flat, flat_applies
@@ -74,7 +73,7 @@ from .cpu_conv_plan import (
     LINE_FLOATS, channel_block, column_tiles, conv_space, last_block_vectors, max_pixels, next_block_lines, tile_runs,
 )
 from .cpu_conv_pointwise import build_pointwise, pointwise_applies, prefetch_read
-from .cpu_scheduling import bias_buffers, float32_task
+from .cpu_scheduling import CpuFloat32Template, bias_buffers, clip_kernel_rows
 
 __all__ = ["CpuDirectConv2d", "conv_space", "column_tiles", "last_block_vectors", "max_pixels", "channel_block"]
 
@@ -300,12 +299,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
                 kh_lo = 0
                 kh_hi = kh
                 if not static_rows:
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    clip_kernel_rows(kh_lo, kh_hi, ih0, kh, h, dh)
                 for ti in static_range(len(tiles)):
                     width = tiles[ti][1]
                     kernel, kernel_last = tiles[ti][3]
@@ -349,17 +343,11 @@ def _scheduled(kernel: Any, name: str, params: Mapping[str, Any], has_bias: bool
                          stores_once=True)  # every form: disjoint tiles, each y element stored once
 
 
-class CpuDirectConv2d(Template):
+class CpuDirectConv2d(CpuFloat32Template):
     """float32 ``conv2d_packed`` on the CPU (see the module docstring)."""
 
     name = "ops.conv2d_cpu_direct"
     operator = PACKED_OPERATOR
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task)
 
     def space(self, target: Any, level: int) -> list[dict]:
         # the rewrite packs two vectors of output channels (cpu_conv.block_width)

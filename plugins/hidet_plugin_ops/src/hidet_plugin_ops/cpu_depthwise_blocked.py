@@ -34,12 +34,11 @@ from hidet_framework.lang import (
     static_range,
 )
 from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
-from hidet_framework.tuner.template import Template
 
 from .cpu_blocked import DEPTHWISE_BLOCKED
 from .cpu_conv_plan import tile_runs
 from .cpu_depthwise_conv import _unroll
-from .cpu_scheduling import balanced_row_blocks, bias_buffers, float32_task
+from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, bias_buffers, clip_kernel_rows
 
 __all__ = ["CpuDepthwiseBlocked", "build_depthwise_blocked", "ITEM_PIXELS"]
 
@@ -107,12 +106,7 @@ def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Ma
                     ih0 = ohi * sh - top
                     kh_lo = 0
                     kh_hi = kh
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    clip_kernel_rows(kh_lo, kh_hi, ih0, kh, h, dh)
                     for ti in static_range(len(tiles)):
                         width = tiles[ti][1]
                         kernel = tiles[ti][3]
@@ -129,17 +123,11 @@ def build_depthwise_blocked(task: Any, attributes: Mapping[str, Any], params: Ma
                          source="ops.conv2d_dw_blocked_cpu", params=dict(params))
 
 
-class CpuDepthwiseBlocked(Template):
+class CpuDepthwiseBlocked(CpuFloat32Template):
     """float32 ``conv2d_depthwise_blocked`` on the CPU (see the module docstring)."""
 
     name = "ops.conv2d_dw_blocked_cpu"
     operator = DEPTHWISE_BLOCKED
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task)
 
     def space(self, target: Any, level: int) -> list[dict]:
         u = _unroll(target, 9)

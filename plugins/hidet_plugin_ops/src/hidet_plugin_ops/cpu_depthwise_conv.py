@@ -55,9 +55,8 @@ from hidet_framework.lang import (
     static_range,
 )
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-from hidet_framework.tuner.template import Template
 
-from .cpu_scheduling import bias_buffers, float32_task
+from .cpu_scheduling import CpuFloat32Template, bias_buffers
 
 __all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space",
            "vectors_per_step"]
@@ -278,17 +277,15 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
                          source="ops.avg_pool2d_cpu" if pool else "ops.conv2d_depthwise_cpu", params=dict(params))
 
 
-class CpuDepthwiseConv2d(Template):
+class CpuDepthwiseConv2d(CpuFloat32Template):
     """float32 depthwise conv2d on the CPU (see the module docstring)."""
 
     name = "ops.conv2d_depthwise_cpu"
     operator = "conv2d"
-    target = "cpu"
     version = "2"
-    priority = 10
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        if not float32_task(task):
+        if not super().applies(task, attributes):
             return False
         return is_depthwise(tuple(task.inputs[0].shape), tuple(task.inputs[1].shape), int(attributes["groups"]))
 
@@ -299,19 +296,14 @@ class CpuDepthwiseConv2d(Template):
         return build_depthwise(task, attributes, params, target)
 
 
-class CpuAvgPool2d(Template):
+class CpuAvgPool2d(CpuFloat32Template):
     """float32 avg_pool2d on the CPU: the depthwise kernel with weights 1 and the
     window's count as divisor (the auto-scheduled element loop checked every tap
     against the image: 2.3 GFLOP/s on Inception-V3's 3x3 pools)."""
 
     name = "ops.avg_pool2d_cpu"
     operator = "avg_pool2d"
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=4)
+    rank = 4
 
     def space(self, target: Any, level: int) -> list[dict]:
         return depthwise_space(target, level)

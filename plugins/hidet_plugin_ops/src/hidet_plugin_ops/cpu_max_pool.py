@@ -35,9 +35,8 @@ from typing import Any, Mapping
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
 from hidet_framework.schedule.scheduled_task import ScheduledTask
-from hidet_framework.schedule.template import Template
 
-from .cpu_scheduling import float32_task, one_kernel_task, pool_window
+from .cpu_scheduling import CpuFloat32Template, one_kernel_task, pool_window
 
 __all__ = ["CpuMaxPool2d", "build_max_pool", "column_split", "margins", "item_blocks", "ITEM_OUTPUTS"]
 
@@ -136,17 +135,13 @@ def build_max_pool(task: Any, attributes: Mapping[str, Any], params: Mapping[str
     return one_kernel_task(max_pool2d_cpu, name, params)
 
 
-class CpuMaxPool2d(Template):
+class CpuMaxPool2d(CpuFloat32Template):
     """float32 NCHW ``max_pool2d`` on the CPU (see the module docstring)."""
 
     name = "ops.max_pool2d_cpu"
     operator = "max_pool2d"
-    target = "cpu"
+    rank = 4
     version = "2"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=4)
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

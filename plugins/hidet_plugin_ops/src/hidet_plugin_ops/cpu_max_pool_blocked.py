@@ -35,12 +35,11 @@ from hidet_framework.ir.expr import const
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script, static_range
 from hidet_framework.schedule.scheduled_task import ScheduledTask
-from hidet_framework.schedule.template import Template
 
 from .common import describe, make_operator, require_tensor
 from .cpu_blocked import read_padded_at
 from .cpu_max_pool import column_split
-from .cpu_scheduling import balanced_row_blocks, float32_task, one_kernel_task, pool_window
+from .cpu_scheduling import CpuFloat32Template, balanced_row_blocks, clip_kernel_rows, one_kernel_task, pool_window
 from .pooling import Window2d, output_extent, window_origin
 
 __all__ = ["MAX_POOL_BLOCKED", "max_pool2d_blocked", "CpuMaxPool2dBlocked", "build_max_pool_blocked", "ITEM_PIXELS"]
@@ -104,12 +103,7 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
                     ih0 = ohi * sh - top
                     kh_lo = 0
                     kh_hi = kh
-                    if ih0 < 0:
-                        kh_lo = (dh - 1 - ih0) / dh
-                    if h - 1 - ih0 < 0:
-                        kh_hi = 0
-                    else:
-                        kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+                    clip_kernel_rows(kh_lo, kh_hi, ih0, kh, h, dh)
                     if kh_hi - kh_lo == kh:     # every kernel row inside the image: one pass
                         for iw in range(w):
                             for li in range(lanes):
@@ -142,17 +136,12 @@ def build_max_pool_blocked(task: Any, attributes: Mapping[str, Any], params: Map
     return one_kernel_task(max_pool2d_blocked_cpu, name, params)
 
 
-class CpuMaxPool2dBlocked(Template):
+class CpuMaxPool2dBlocked(CpuFloat32Template):
     """float32 ``max_pool2d_blocked`` on the CPU (see the module docstring)."""
 
     name = "ops.max_pool2d_blocked_cpu"
     operator = MAX_POOL_BLOCKED
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=5)
+    rank = 5
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{"rows": 0}] + ([{"rows": 1}] if level > 0 else [])

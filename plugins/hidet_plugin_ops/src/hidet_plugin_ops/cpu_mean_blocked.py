@@ -29,10 +29,9 @@ from hidet_framework.compute import compute, reduce, tensor_input
 from hidet_framework.graph import ShapeError, Tensor
 from hidet_framework.lang import attrs, f32, local_tensor, parallel, script
 from hidet_framework.schedule.scheduled_task import ScheduledTask
-from hidet_framework.schedule.template import Template
 
 from .common import describe, load, make_operator, require_tensor
-from .cpu_scheduling import float32_task, one_kernel_task
+from .cpu_scheduling import CpuFloat32Template, one_kernel_task
 
 __all__ = ["MEAN_BLOCKED", "global_mean_blocked", "CpuGlobalMeanBlocked", "build_mean_blocked"]
 
@@ -91,17 +90,12 @@ def build_mean_blocked(task: Any, attributes: Mapping[str, Any], params: Mapping
     return one_kernel_task(global_mean_blocked_cpu, name, params)
 
 
-class CpuGlobalMeanBlocked(Template):
+class CpuGlobalMeanBlocked(CpuFloat32Template):
     """float32 ``global_mean_blocked`` on the CPU (see the module docstring)."""
 
     name = "ops.global_mean_blocked_cpu"
     operator = MEAN_BLOCKED
-    target = "cpu"
-    version = "1"
-    priority = 10
-
-    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
-        return float32_task(task, rank=5)
+    rank = 5
 
     def space(self, target: Any, level: int) -> list[dict]:
         return [{}]

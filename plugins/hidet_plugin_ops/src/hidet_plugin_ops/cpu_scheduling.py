@@ -2,16 +2,20 @@
 on the host, around their kernels: which tasks they take, how a pool reads its window
 from the attributes, how output rows are shared out as items, and the ScheduledTask
 around the one kernel each of them launches. The kernels themselves differ and stay
-in their modules.
+in their modules, but for one statement they trace alike: `clip_kernel_rows`.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from hidet_framework.ir.expr import const, minimum
+from hidet_framework.ir.stmt import AssignStmt, IfStmt, Stmt, seq
 from hidet_framework.lang import script_module
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
+from hidet_framework.schedule.template import Template
 
-__all__ = ["float32_task", "pool_window", "balanced_row_blocks", "one_kernel_task", "bias_buffers"]
+__all__ = ["float32_task", "CpuFloat32Template", "pool_window", "balanced_row_blocks", "one_kernel_task",
+           "bias_buffers", "clip_kernel_rows"]
 
 
 def float32_task(task: Any, rank: int | None = None) -> bool:
@@ -19,6 +23,20 @@ def float32_task(task: Any, rank: int | None = None) -> bool:
     its first input has `rank` dimensions where `rank` is given (4: NCHW, 5: blocked)."""
     return all(t.dtype.name == "float32" for t in list(task.inputs) + list(task.outputs)) \
         and (rank is None or len(task.inputs[0].shape) == rank)
+
+
+class CpuFloat32Template(Template):
+    """What the CPU templates of this module's users declare alike: the target, version 1
+    and priority 10 unless they say otherwise, and float32 tasks only (``rank``: of the
+    first input, None for any), the form their kernels are written for."""
+
+    target = "cpu"
+    version = "1"
+    priority = 10
+    rank: int | None = None
+
+    def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
+        return float32_task(task, self.rank)
 
 
 def pool_window(task: Any, attributes: Mapping[str, Any]) -> tuple:
@@ -60,3 +78,23 @@ def bias_buffers(has_bias: bool, no_bias_shape: tuple) -> tuple[tuple, tuple]:
             BufferRef("input", 2) if has_bias else BufferRef("workspace", 0), BufferRef("output", 0))
     workspace = () if has_bias else (WorkspaceSpec("no_bias", "float32", no_bias_shape),)
     return refs, workspace
+
+
+def clip_kernel_rows(kh_lo: Any, kh_hi: Any, ih0: Any, kh: int, h: int, dh: int) -> Stmt:
+    """The statement that narrows the kernel rows ``kh_lo <= r < kh_hi`` of an output row
+    whose window starts at input row `ih0` (negative in the top padding) to those whose
+    input row ``ih0 + r * dh`` lies in the image (0 .. `h` - 1): a host helper called in
+    a kernel's script body, after ``kh_lo = 0`` and ``kh_hi = kh``, which emits it there
+    (docs/dsl.md, Statements). It builds what the kernels wrote inline, node for node,
+    so the generated code is the same:
+
+        if ih0 < 0:
+            kh_lo = (dh - 1 - ih0) / dh
+        if h - 1 - ih0 < 0:
+            kh_hi = 0
+        else:
+            kh_hi = min(kh, (h - 1 - ih0) / dh + 1)
+    """
+    return seq(IfStmt(ih0 < 0, AssignStmt(kh_lo, (dh - 1 - ih0) / dh)),
+               IfStmt(h - 1 - ih0 < 0, AssignStmt(kh_hi, const(0, "int32")),
+                      AssignStmt(kh_hi, minimum(kh, (h - 1 - ih0) / dh + 1))))
