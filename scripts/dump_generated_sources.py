@@ -36,31 +36,18 @@ before and after a refactoring.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Callable
 
 import numpy as np
 
 import hidet_framework as hf
-from hidet_framework.backend.contract import Target
 from hidet_framework.extension import plugin_host
 
-CPU_AVX2 = Target("cpu", "x86-64", {"cores": 8, "vector_bits": 256, "fma": True, "l1d_bytes": 32768,
-                                    "l2_bytes": 524288, "l3_bytes": 16777216, "flags": ("avx", "avx2", "fma"),
-                                    "model": "synthetic avx2"})
-CPU_AVX512 = Target("cpu", "x86-64", {"cores": 2, "vector_bits": 512, "fma": True, "l1d_bytes": 32768,
-                                      "l2_bytes": 1048576, "l3_bytes": 33554432,
-                                      "flags": ("avx", "avx2", "avx512f", "fma"), "model": "synthetic avx512"})
-# AVX-512 with avx512_bf16: bfloat16 x bfloat16 builds the pair kernel (cpu_bf16_pairs.py).
-CPU_AVX512_BF16 = Target("cpu", "x86-64", {**CPU_AVX512.properties,
-                                           "flags": ("avx", "avx2", "avx512f", "avx512_bf16", "fma"),
-                                           "model": "synthetic avx512_bf16"})
-# ... and with amx_tile and amx_bf16: the tile kernel (cpu_amx_tiles.py), as a made
-# target in tests/plugins/matmul/test_cpu_amx.py; no tile permission is asked for.
-CPU_AMX = Target("cpu", "x86-64", {**CPU_AVX512.properties, "l1d_bytes": 49152, "l2_bytes": 2097152,
-                                   "flags": ("avx", "avx2", "avx512f", "avx512_bf16", "fma", "amx_tile", "amx_bf16"),
-                                   "model": "synthetic amx"})
+import dump_operator_sections
+from dump_sources_common import (CPU_AMX, CPU_AVX2, CPU_AVX512, CPU_AVX512_BF16, Dumper, cuda_target,
+                                 schedule_default)
+
 # (target name, dtype) -> operand shapes: odd, batched and row-vector ones.
 MATMUL_SHAPES = {
     ("avx512", "float32"): [((64, 64), (64, 64)), ((37, 29), (29, 43)), ((2, 37, 29), (1, 29, 43)),
@@ -80,42 +67,11 @@ MATMUL_SHAPES = {
 }
 
 
-class Dumper:
-    def __init__(self, out_dir: str) -> None:
-        self.out_dir = out_dir
-        self.count = 0
-        os.makedirs(out_dir, exist_ok=True)
-        host = plugin_host()
-        self.backends = {kind: host.backend_for(kind) for kind in ("cpu", "cuda")}
-
-    def write(self, name: str, scheduled: Any, target: Target) -> None:
-        from hidet_framework.transforms.pipeline import lower
-
-        backend = self.backends[target.kind]
-        lowered = lower(scheduled.module, target.kind)
-        source = backend.codegen(lowered, target)
-        launches = "\n".join(repr(launch) for launch in scheduled.launches)
-        workspace = "\n".join(repr(w) for w in scheduled.workspace)
-        text = f"// launches:\n/*\n{launches}\n*/\n// workspace:\n/*\n{workspace}\n*/\n{source}"
-        path = os.path.join(self.out_dir, f"{name}.{'c' if target.kind == 'cpu' else 'cu'}")
-        if os.path.exists(path):
-            raise RuntimeError(f"two candidates dump to {path}")
-        with open(path, "w") as f:
-            f.write(text)
-        self.count += 1
-
-
-def _cuda_target() -> Target:
-    from hidet_plugin_cuda.target import default_cuda_target
-
-    return default_cuda_target()
-
-
 def dump_matmul_templates(d: Dumper) -> None:
     from hidet_plugin_matmul.operators import matmul_task
 
     targets = [("avx2", CPU_AVX2), ("avx512", CPU_AVX512), ("avx512bf16", CPU_AVX512_BF16), ("amx", CPU_AMX),
-               ("sm90", _cuda_target())]
+               ("sm90", cuda_target())]
     for tname, target in targets:
         for template in plugin_host().templates.templates_for("matmul", target.kind):
             for (shapes_target, dtype), shapes in MATMUL_SHAPES.items():
@@ -203,23 +159,10 @@ def dump_ops_auto_schedule(d: Dumper) -> None:
         outputs = cases[name]()
         outputs = [outputs] if not isinstance(outputs, (list, tuple)) else list(outputs)
         op = outputs[0].producer
-        for tname, target in (("avx512", CPU_AVX512), ("sm90", _cuda_target())):
+        for tname, target in (("avx512", CPU_AVX512), ("sm90", cuda_target())):
             d.write(f"auto_{tname}_{name}", auto_schedule(op.task, target.kind), target)
     if missing:
         print(f"note: operators without a case here: {', '.join(missing)}", file=sys.stderr)
-
-
-def _schedule_default(task: Any, op_name: str, attributes: dict, target: Target) -> Any:
-    """The tuner's level-0 pick without measuring: the highest-priority applicable
-    template's default candidate, else the auto-scheduler."""
-    from hidet_framework.schedule import auto_schedule
-
-    templates = [t for t in plugin_host().templates.templates_for(op_name, target.kind)
-                 if not hasattr(t, "applies") or t.applies(task, attributes)]
-    if not templates:
-        return auto_schedule(task, target.kind)
-    best = max(templates, key=lambda t: (t.priority, t.name))
-    return best.build(task, attributes, best.bounded_space(target, 0)[0], target)
 
 
 def dump_fused_graphs(d: Dumper) -> None:
@@ -242,90 +185,24 @@ def dump_fused_graphs(d: Dumper) -> None:
     for gname, graph in graphs.items():
         ctx = GraphPassContext()
         fused = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES)
-        for tname, target in (("avx512", CPU_AVX512), ("sm90", _cuda_target())):
+        for tname, target in (("avx512", CPU_AVX512), ("sm90", cuda_target())):
             for k, op in enumerate(fused.nodes):
                 if GROUP_ATTRIBUTE in op.attributes:
                     group = op.attributes[GROUP_ATTRIBUTE]
                     anchor = group.anchor_member
-                    anchor_st = _schedule_default(anchor.task, anchor.name, dict(anchor.attributes), target)
+                    anchor_st = schedule_default(anchor.task, anchor.name, dict(anchor.attributes), target)
                     try:
                         scheduled = fuse_group(anchor_st, group)
                     except FusionError as exc:
                         print(f"{gname}/{k}: fusion fell back: {exc}", file=sys.stderr)
                         continue
                 else:
-                    scheduled = _schedule_default(op.task, op.name, dict(op.attributes), target)
+                    scheduled = schedule_default(op.task, op.name, dict(op.attributes), target)
                 d.write(f"fused_{tname}_{gname}_{k:02d}_{op.name}", scheduled, target)
 
 
 SECTIONS = {"templates": dump_matmul_templates, "prepacked": dump_prepacked_templates, "ops": dump_ops_auto_schedule,
-            "fused": dump_fused_graphs}
-
-
-# ---- CUDA attention (scalar, mma and split forms) and implicit-GEMM conv candidates ----
-# (q, kt, v, mask shape or None, mask kind, scale, zero_nan, dtype): odd and prime M and N,
-# D 16 / 64 / 128, causal (select) and added masks, keys past one resident tile.
-ATTENTION_CASES = [
-    ((1, 12, 128, 64), (1, 12, 64, 128), (1, 12, 128, 64), (128, 128), "select", 0.125, True, "float16"),
-    ((2, 3, 61, 64), (2, 3, 64, 131), (2, 3, 131, 64), (2, 1, 61, 131), "add", 0.125, False, "float16"),
-    ((3, 7, 16), (3, 16, 7), (3, 7, 16), None, "none", 0.25, False, "bfloat16"),
-    ((131, 128), (128, 61), (61, 128), (131, 61), "select", 0.09, True, "bfloat16"),
-    ((1, 2, 67, 64), (1, 2, 64, 700), (1, 2, 700, 64), (1, 1, 67, 700), "add", 0.125, False, "float16"),
-    ((2, 7, 32), (2, 32, 13), (2, 13, 32), (7, 13), "select", 0.2, False, "float16"),
-]
-# beyond the template's space: one warp, the split shapes the tests build, the opt-in warp form
-ATTENTION_EXTRA_PARAMS = [{"form": "mma", "warps": 1}] + [
-    {"form": "mma", "warps": w, "split": s} for w, s in ((4, 4), (8, 8), (8, 4), (4, 2), (2, 2))] + [
-    {"rows": 1, "threads": 128, "k_order": "d"}]
-# (batch, C, H, W, O, kernel, stride, pads, dilation, groups, x layout, y layout)
-CONV_CASES = [
-    (2, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nchw", "nchw"),
-    (2, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc", "nhwc"),
-    (1, 3, 13, 13, 5, (3, 2), (2, 1), (1, 0, 2, 1), (2, 1), 1, "nchw", "nhwc"),
-    (2, 24, 7, 9, 42, (3, 3), (2, 2), (1, 1, 1, 1), (2, 2), 3, "nhwc", "nchw"),
-    (3, 32, 5, 5, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
-    (2, 13, 4, 6, 19, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
-    (3, 24, 2, 10, 9, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nchw", "nchw"),
-]
-
-
-def dump_cuda_attention_and_conv(d: Dumper) -> None:
-    """Every candidate of the CUDA attention template (its space plus ATTENTION_EXTRA_PARAMS)
-    on ATTENTION_CASES, and the CUDA implicit-GEMM conv template's level-1 candidates (plus
-    channels-first on three) on CONV_CASES in float16 and bfloat16, for the sm_90 target."""
-    from hidet_plugin_matmul.cuda_conv_op import ConvGeometry, conv2d_igemm
-
-    target = _cuda_target()
-    host = plugin_host()
-    for template in host.templates.templates_for("attention", "cuda"):
-        params_list = []
-        for params in list(template.bounded_space(target, 2)) + ATTENTION_EXTRA_PARAMS:
-            if params not in params_list:
-                params_list.append(params)
-        for c, (qs, ks, vs, ms, kind, scale, zero_nan, dtype) in enumerate(ATTENTION_CASES):
-            q, k, v = (hf.symbol(s, dtype) for s in (qs, ks, vs))
-            mask = None if ms is None else hf.symbol(ms, "bool" if kind == "select" else "float32")
-            op = hf.ops.attention(q, k, v, mask, scale=scale, mask_kind=None if ms is None else kind,
-                                  zero_nan=zero_nan).producer
-            if hasattr(template, "applies") and not template.applies(op.task, op.attributes):
-                continue
-            for j, params in enumerate(params_list):
-                scheduled = template.build(op.task, op.attributes, params, target)
-                d.write(f"attn_sm90_{template.name}_{c}_{dtype}_{j:03d}", scheduled, target)
-    for template in host.templates.templates_for("conv2d_igemm", "cuda"):
-        space = list(template.bounded_space(target, 1))
-        params_list = space + [dict(p, channels_first=1) for p in space[1:4]]
-        for c, case in enumerate(CONV_CASES):
-            geo = ConvGeometry(*case[:10], x_layout=case[10], y_layout=case[11])
-            for dtype in ("float16", "bfloat16"):
-                y = conv2d_igemm(hf.symbol(geo.x_shape, dtype), hf.symbol(geo.w_shape, dtype), geo)
-                task, attributes = y.producer.task, dict(y.producer.attributes)
-                for j, params in enumerate(params_list):
-                    scheduled = template.build(task, attributes, params, target)
-                    d.write(f"conv_sm90_{template.name}_{c}_{dtype}_{j:03d}", scheduled, target)
-
-
-SECTIONS["cuda_attention_conv"] = dump_cuda_attention_and_conv
+            "fused": dump_fused_graphs, **dump_operator_sections.SECTIONS}
 
 
 def main(argv: list[str]) -> int:
@@ -338,176 +215,6 @@ def main(argv: list[str]) -> int:
         SECTIONS[section](d)
     print(f"wrote {d.count} sources to {argv[0]}")
     return 0
-
-
-# The operators of the channel-blocked family (cpu_blocked.py and the templates behind
-# rules_blocked.py and rules_blocked_chain.py), and the NCHW pools beside them: their
-# candidates are dumped one by one.
-BLOCKED_OPERATORS = ("conv2d_packed", "conv2d_depthwise_blocked", "max_pool2d_blocked", "avg_pool2d_blocked",
-                     "global_mean_blocked", "conv2d", "max_pool2d", "avg_pool2d")
-
-
-def _blocked_graphs() -> dict[str, Any]:
-    """Graphs that the CPU rewrite rules put in the channel-blocked layout (32 and 48
-    channels: whole vectors for 8 and 16 lanes; odd sizes, strides, pads, dilation,
-    ceil mode, both divisors, both mean forms)."""
-    o = hf.ops
-
-    def const(*shape: int) -> Any:
-        count = int(np.prod(shape))
-        return hf.constant((np.linspace(-1, 1, count) / np.sqrt(count / shape[0])).reshape(shape).astype(np.float32))
-
-    def conv(t: Any, out: int, k: int, relu: bool = True, **kw: Any) -> Any:
-        y = o.conv2d(t, const(out, int(t.shape[1]), k, k), const(out), **kw)
-        return o.relu(y) if relu else y
-
-    graphs = {}
-    # ResNet-like: stem 7x7/2 → relu → 3x3/2 max pool → bottleneck with a residual → both global means
-    x = hf.symbol((1, 3, 23, 19), "float32", "x")
-    p = o.max_pool2d(conv(x, 32, 7, stride=2, padding=3), 3, 2, 1)
-    t = conv(conv(p, 32, 1), 32, 3, padding=1)
-    t = o.relu(conv(t, 48, 1, relu=False) + conv(p, 48, 1, relu=False))
-    graphs["stem"] = hf.trace([o.global_avg_pool2d(t), o.reduce_mean(t, axes=(2, 3), keepdims=False)], inputs=[x])
-    # Inception-like: branches (1x1; 3x3; avg pool 3x3/1 counting the image only → 1x1) joined,
-    # then odd pools (dilated max pool → 1x1 → a ragged 40-channel 1x1; ceil-mode avg pool with uneven pads → 1x1)
-    x = hf.symbol((1, 3, 17, 13), "float32", "x")
-    s = conv(x, 32, 3, padding=1)
-    m = o.concat([conv(s, 16, 1), conv(s, 32, 3, padding=1),
-                  conv(o.avg_pool2d(s, 3, 1, 1, count_include_pad=False), 16, 1)], axis=1)
-    a = conv(conv(o.max_pool2d(m, (5, 3), (3, 2), (2, 0, 1, 1), (1, 2)), 40, 1), 32, 1, relu=False)
-    b = conv(o.avg_pool2d(m, (3, 2), (2, 2), (1, 0, 1, 1), ceil_mode=True), 32, 1, relu=False)
-    graphs["inception"] = hf.trace([a, b], inputs=[x])
-    # MobileNet-like inverted residuals: 1x1 → clip → depthwise 3x3 (stride 1, then 2) → clip → 1x1
-    x = hf.symbol((1, 16, 15, 13), "float32", "x")
-    t = x
-    for stride in (1, 2):
-        e = o.clip(conv(t, 32, 1, relu=False), 0.0, 6.0)
-        d = o.clip(o.conv2d(e, const(32, 1, 3, 3), const(32), stride=stride, padding=1, groups=32), 0.0, 6.0)
-        t = conv(d, 16, 1, relu=False)
-    graphs["inverted"] = hf.trace(t, inputs=[x])
-    # NCHW convolutions and pools outside any chain (the pointwise and flat forms, a dilated
-    # stride-2 3x3, depthwise ones with and without a bias; a dilated max pool, an avg pool
-    # in ceil mode counting the image only)
-    x, small = hf.symbol((1, 24, 9, 11), "float32", "x"), hf.symbol((1, 24, 7, 7), "float32", "s")
-    graphs["nchw"] = hf.trace([conv(x, 40, 1), conv(x, 16, 3, stride=2, padding=2, dilation=2), conv(small, 32, 1),
-                               o.conv2d(x, const(24, 1, 3, 3), const(24), stride=2, padding=1, groups=24),
-                               o.conv2d(small, const(48, 1, 3, 3), padding=1, groups=24),
-                               o.max_pool2d(x, (3, 2), (2, 1), (1, 0, 1, 1), (1, 2)),
-                               o.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)], inputs=[x, small])
-    return graphs
-
-
-def dump_blocked_cpu_graphs(d: Dumper) -> None:
-    from hidet_framework.fusion import FusionError, fuse_group
-    from hidet_framework.graph.passes import GRAPH_PASSES, GraphPassContext, run_graph_passes
-    from hidet_framework.runtime.evaluate_task import interpret_task
-    try:
-        from hidet_framework.fusion import FUSION_PASSES, GROUP_ATTRIBUTE
-    except ImportError:  # before the fusion stage owned its partition pass (d2e3505)
-        from hidet_framework.graph.passes import FUSION_PASSES
-        from hidet_framework.graph.passes.partition_fusion_groups import GROUP_ATTRIBUTE
-
-    # the weights are packed by folding constants, as in hf.compile, but through the IR
-    # evaluator: no compiler needed
-    ctx = GraphPassContext(evaluate=interpret_task, target="cpu")
-    backend = plugin_host().backend_for("cpu")
-    for tname, target in (("avx512", CPU_AVX512), ("avx2", CPU_AVX2)):
-        # the rules and the weight packing read the machine through the backend: this target instead
-        backend.detect_target = lambda target=target: target
-        try:
-            for gname, graph in _blocked_graphs().items():
-                fused = run_graph_passes(graph, ctx, GRAPH_PASSES + FUSION_PASSES)
-                for k, op in enumerate(fused.nodes):
-                    group = op.attributes.get(GROUP_ATTRIBUTE)
-                    anchor = group.anchor_member if group is not None else op
-                    scheduled = _schedule_default(anchor.task, anchor.name, dict(anchor.attributes), target)
-                    if group is not None:
-                        try:
-                            scheduled = fuse_group(scheduled, group)
-                        except FusionError as exc:
-                            print(f"blocked {gname}/{k}: fusion fell back: {exc}", file=sys.stderr)
-                            continue
-                    d.write(f"blocked_{tname}_{gname}_{k:02d}_{op.name}", scheduled, target)
-                    if anchor.name not in BLOCKED_OPERATORS:
-                        continue
-                    attributes = dict(anchor.attributes)
-                    for template in plugin_host().templates.templates_for(anchor.name, "cpu"):
-                        if hasattr(template, "applies") and not template.applies(anchor.task, attributes):
-                            continue
-                        for i, params in enumerate(template.bounded_space(target, 1)):
-                            built = template.build(anchor.task, attributes, params, target)
-                            d.write(f"blocked_{tname}_{gname}_{k:02d}_{template.name}_{i:03d}", built, target)
-        finally:
-            del backend.detect_target
-
-
-# a section of its own, registered apart from SECTIONS above (main reads it only when it runs)
-SECTIONS["blocked"] = dump_blocked_cpu_graphs
-
-
-# ---- the reduce plugin's templates (CPU rows, CUDA rows, columns, split rows and scan) ----
-# (name, builder of the output from hf.ops and hf.symbol): every family over the innermost
-# axes (rows of odd, prime and long extents: lane tails, CUDA streamed and split rows),
-# reductions, argmax and cumsum over non-innermost axes (columns), and the norms with and
-# without a bias, over more than one axis and per group.
-def _reduce_cases() -> list[tuple[str, Any]]:
-    o, s = hf.ops, hf.symbol
-    cases: list[tuple[str, Any]] = []
-    for shape, dtype in (((37, 71), "float32"), ((5, 3001), "float32"), ((3, 70001), "float32"),
-                         ((13, 320), "float16"), ((11, 67), "int32")):
-        tag = "x".join(map(str, shape)) + "_" + dtype
-        x = s(shape, dtype)
-        cases += [(f"reduce_sum_keep_{tag}", o.reduce_sum(x, -1, keepdims=True)),
-                  (f"reduce_max_{tag}", o.reduce_max(x, -1)), (f"reduce_min_{tag}", o.reduce_min(x, -1)),
-                  (f"reduce_prod_{tag}", o.reduce_prod(x, -1)), (f"reduce_sum_square_{tag}", o.reduce_sum_square(x, -1)),
-                  (f"argmax_{tag}", o.argmax(x, -1)), (f"argmin_last_{tag}", o.argmin(x, -1, select_last_index=True)),
-                  (f"cumsum_excl_{tag}", o.cumsum(x, -1, exclusive=True))]
-        if dtype == "int32":
-            continue
-        w, b = s(shape[-1:], dtype), s(shape[-1:], dtype)
-        cases += [(f"reduce_mean_{tag}", o.reduce_mean(x, -1)), (f"reduce_l2_{tag}", o.reduce_l2(x, -1)),
-                  (f"softmax_{tag}", o.softmax(x)), (f"log_softmax_{tag}", o.log_softmax(x)),
-                  (f"layer_norm_{tag}", o.layer_norm(x, w, b)), (f"layer_norm_nobias_{tag}", o.layer_norm(x, w)),
-                  (f"rms_norm_{tag}", o.rms_norm(x, w))]
-    for shape, axes, dtype in (((301, 129), 0, "float32"), ((7, 64, 33), 1, "float32"), ((4099, 64), 0, "float32"),
-                               ((3, 5, 7, 11), (1, 2), "float16"), ((9, 13), 0, "int32")):
-        tag = "x".join(map(str, shape)) + f"_a{axes}_{dtype}".replace(" ", "").replace(",", "")
-        x = s(shape, dtype)
-        first = axes if isinstance(axes, int) else axes[0]
-        cases += [(f"col_reduce_sum_{tag}", o.reduce_sum(x, axes)), (f"col_reduce_max_{tag}", o.reduce_max(x, axes, True)),
-                  (f"col_reduce_prod_{tag}", o.reduce_prod(x, axes)), (f"col_argmax_{tag}", o.argmax(x, first)),
-                  (f"col_cumsum_rev_{tag}", o.cumsum(x, first, reverse=True))]
-        if dtype != "int32":
-            cases += [(f"col_reduce_mean_{tag}", o.reduce_mean(x, axes, keepdims=True)),
-                      (f"col_reduce_l2_{tag}", o.reduce_l2(x, axes)), (f"col_reduce_min_{tag}", o.reduce_min(x, axes))]
-    x = s((2, 6, 5, 7), "float32")
-    c1, c2 = s((6,), "float32"), s((6,), "float32")
-    cases += [("group_norm_2x6x5x7", o.group_norm(x, c1, c2, 3)), ("instance_norm_2x6x5x7", o.instance_norm(x, c1, c2)),
-              ("layer_norm_axis1_2x6x5x7", o.layer_norm(x, s((5, 7), "float32"), s((7,), "float32"), axis=2))]
-    return cases
-
-
-def dump_reduce_templates(d: Dumper) -> None:
-    """Every space-2 candidate of every reduce-plugin template that applies to each case,
-    for the two CPU targets and sm_90 (CUDA also as a fusion anchor: element accesses
-    only, no vector loads)."""
-    anchor = "fusion.anchor"  # hidet_framework.fusion.plan.ANCHOR_ATTRIBUTE
-    host = plugin_host()
-    for cname, y in _reduce_cases():
-        op = y.producer
-        for tname, target in (("avx512", CPU_AVX512), ("avx2", CPU_AVX2), ("sm90", _cuda_target())):
-            for template in host.templates.templates_for(op.name, target.kind):
-                for graft in ((False, True) if target.kind == "cuda" else (False,)):
-                    attributes = dict(op.attributes, **({anchor: True} if graft else {}))
-                    if hasattr(template, "applies") and not template.applies(op.task, attributes):
-                        continue
-                    for k, params in enumerate(template.bounded_space(target, 2)):
-                        scheduled = template.build(op.task, attributes, params, target)
-                        d.write(f"reduce_{tname}_{template.name}_{cname}{'_graft' if graft else ''}_{k:03d}",
-                                scheduled, target)
-
-
-SECTIONS["reduce"] = dump_reduce_templates
 
 
 if __name__ == "__main__":
