@@ -10,6 +10,10 @@ is the AMX tile kernel (cpu_amx_tiles.py) and a row "bf16 pairs" adds the vdpbf1
 pair kernel on the same operands (the packed template built for this target less its
 amx flags; shapes with a variable B only).
 
+``--widened`` adds "bf16 wide" and "f16 wide" on shapes with a constant B: the same
+graphs compiled with the GEMV's weight panels widened to float32 at compile time (as
+before session 16), next to the 2-byte panels (cpu_half_panels.py) of "bf16 ours".
+
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]); a trailing ``c`` makes B a constant
 of the graph (short M then takes the prepacked GEMV path). Every variant is compiled
 through ``hf.compile`` (space 0: the default candidate), then the variants are timed
@@ -22,6 +26,7 @@ anything starts a thread (our pool reads the affinity, numpy's BLAS is limited t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -65,12 +70,27 @@ def _without_amx_call(a, w, m: int, n: int, k: int):
     return (lambda: compiled.run([a, w], [c])), c
 
 
+@contextlib.contextmanager
+def _float32_panels(on: bool):
+    """While `on`: the prepack rule widens half weights to float32 panels."""
+    from hidet_plugin_matmul import cpu_half_panels
+
+    keep = cpu_half_panels.half_panels_apply
+    if on:
+        cpu_half_panels.half_panels_apply = lambda *args: False
+    try:
+        yield
+    finally:
+        cpu_half_panels.half_panels_apply = keep
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--widened", action="store_true", help="constant B: also the float32-panel GEMV")
     parser.add_argument("--pause", type=float, default=0.05, help="seconds of sleep before each timed call")
     args = parser.parse_args()
     _pin(args.threads)
@@ -105,12 +125,16 @@ def main() -> None:
         w_bf64 = (w_bf.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         ref_bf = a_bf64 @ w_bf64
         variants, errors, sources = {}, {}, {}
-        for dtype in ("float32", "bfloat16", "float16"):
+        kinds = [(d, False) for d in ("float32", "bfloat16", "float16")]
+        kinds += [(d, True) for d in ("bfloat16", "float16") if args.widened and constant_b]
+        for dtype, widened in kinds:
+            label = LABELS[dtype].replace("ours", "wide") if widened else LABELS[dtype]
             x = hf.symbol((m, k), "float32")
             wt = hf.constant(w32) if constant_b else hf.symbol((k, n), "float32")
             graph = hf.trace(hf.ops.matmul(x, wt), inputs=[x] if constant_b else [x, wt])
-            fn = hf.compile(graph, target="cpu", dtype=None if dtype == "float32" else dtype)
-            sources[dtype] = ",".join(t.scheduled.source for t in fn.tasks)
+            with _float32_panels(widened):
+                fn = hf.compile(graph, target="cpu", dtype=None if dtype == "float32" else dtype)
+            sources[label] = ",".join(t.scheduled.source for t in fn.tasks)
             if dtype == "bfloat16":
                 a_in, w_in, ref = a_bf, w_bf, ref_bf
             elif dtype == "float16":
@@ -121,8 +145,8 @@ def main() -> None:
             call = (lambda f=fn, a=a_in: f(a)) if constant_b else (lambda f=fn, a=a_in, w=w_in: f(a, w))
             out = np.asarray(call())
             got = ((out.astype(np.uint32) << 16).view(np.float32) if dtype == "bfloat16" else out).astype(np.float64)
-            errors[dtype] = float(np.abs(got - ref).max() / np.abs(ref).max())
-            variants[LABELS[dtype]] = call
+            errors[label] = float(np.abs(got - ref).max() / np.abs(ref).max())
+            variants[label] = call
         if amx and not constant_b:
             call, out = _without_amx_call(a_bf, w_bf, m, n, k)
             call()
@@ -144,12 +168,9 @@ def main() -> None:
                 f()
                 times[name].append(time.perf_counter() - started)
         base = statistics.median(times[LABELS["float32"]])
-        ours = {label: dtype for dtype, label in LABELS.items()}
-        ours["bf16 pairs"] = "bf16 pairs"
         for name, ts in times.items():
             med = statistics.median(ts)
-            dtype = ours.get(name)
-            src, err = (sources[dtype], f"{errors[dtype]:.2e}") if dtype else ("", "")
+            src, err = (sources[name], f"{errors[name]:.2e}") if name in sources else ("", "")
             print(f"{text:>16} {name:>10} {med * 1e3:9.3f} {med / base:12.2f} {src:>18} {err:>12}")
         sys.stdout.flush()
 

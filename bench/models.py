@@ -93,7 +93,7 @@ def bench_model(path: str, args) -> dict:
         start = time.perf_counter()
         graph = hf.load(path)
         loaded = time.perf_counter()
-        fn = hf.compile(graph, target=args.target, space=args.space)
+        fn = hf.compile(graph, target=args.target, space=args.space, dtype=args.dtype)
         row["compile_s"] = time.perf_counter() - loaded
         row["import_s"] = loaded - start
     except Exception as exc:  # a model that does not import or compile is a result
@@ -105,6 +105,8 @@ def bench_model(path: str, args) -> dict:
     arrays = [feed[i.name] for i in session.get_inputs()]
     ours, ref = fn(*arrays), session.run(None, feed)
     ours = list(ours) if isinstance(ours, tuple) else [ours]
+    if args.dtype == "bfloat16":  # outputs are bfloat16 bits
+        ours = [(np.asarray(o).astype(np.uint32) << 16).view(np.float32) if o.dtype == np.uint16 else o for o in ours]
     row["max_rel_err"] = max(float(np.max(np.abs(o.astype(np.float64) - r))) / max(float(np.max(np.abs(r))), 1e-30)
                              for o, r in zip(ours, ref))
     ours_t, ort_t = [], []
@@ -136,6 +138,8 @@ def main() -> int:
                         help="cpu: keep onnxruntime's spinning idle threads (its default; see the docstring)")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="cpu: the calling thread's CPU time (cpu target, --threads 1)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16"],
+                        help="cpu: compile in half precision (hf.compile's dtype; onnxruntime stays float32)")
     parser.add_argument("--out", help="folder for models.json")
     parser.add_argument("--batches", default="1", help="cuda: batch sizes, e.g. 1,16")
     parser.add_argument("--budget-s", type=float, default=1e9,
@@ -159,6 +163,7 @@ def main() -> int:
     if not args.keep_cache:
         os.environ["HIDET_FRAMEWORK_CACHE"] = os.path.join(scratch, "cache")
     print(f"cpu: {cpu_description()}; {args.threads} threads each; {args.clock} clock; space {args.space}; "
+          f"dtype {args.dtype or 'float32'}; "
           f"cache {'kept' if args.keep_cache else 'fresh'}; load average at start {os.getloadavg()[0]:.1f}",
           flush=True)
     rows = []

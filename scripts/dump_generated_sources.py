@@ -16,7 +16,8 @@ GPU and takes a few minutes):
   target's flags alone (the tile permission only matters when a target is detected),
   so they are generated here whatever the CPU;
 - every space-2 candidate of the CPU template of ``matmul_prepacked`` (B packed at
-  compile time: the GEMV / short-GEMM kernel) on a few short-M shapes;
+  compile time: the GEMV / short-GEMM kernel) on a few short-M shapes, with float32
+  panels and (where the tree has them) bfloat16 / float16 ones;
 - the auto-scheduler's kernels of every operator of hidet_plugin_ops, on cpu and cuda;
 - fused graphs (matmul with a prologue and an epilogue, an injective tree) after the
   graph passes: the anchor's default candidate (or the auto-schedule) grafted.
@@ -36,6 +37,7 @@ before and after a refactoring.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any, Callable
 
@@ -110,6 +112,17 @@ def dump_prepacked_templates(d: Dumper) -> None:
                 for index, params in enumerate(template.bounded_space(target, 2)):
                     scheduled = template.build(task, attrs, params, target)
                     d.write(f"prepacked_{tname}_{template.name}_{dtype}_{m}x{k}x{n}_{index:03d}", scheduled, target)
+        # 2-byte half panels (cpu_half_panels.py, session 16; CPU_AVX2 has no f16c flag,
+        # so it widens float16); a tree whose pack_b lacks half_lanes skips them
+        if "half_lanes" in inspect.signature(cpu_prepack.pack_b).parameters:
+            for tname, dtype, (m, k, n) in (("avx512", "bfloat16", (1, 97, 131)), ("avx512", "bfloat16", (5, 77, 31)),
+                                            ("avx512", "float16", (2, 37, 29)), ("avx2", "bfloat16", (3, 29, 43))):
+                target, lanes = targets[tname], int(targets[tname].get("vector_bits")) // 32
+                packed = cpu_prepack.pack_b(hf.symbol((k, n), dtype), cpu_prepack.panel_width(target), lanes)
+                y = cpu_prepack.matmul_prepacked(hf.symbol((m, k), dtype), packed, n, lanes)
+                for index, params in enumerate(template.bounded_space(target, 2)):
+                    scheduled = template.build(y.producer.task, dict(y.producer.attributes), params, target)
+                    d.write(f"prepacked_half_{tname}_{template.name}_{dtype}_{m}x{k}x{n}_{index:03d}", scheduled, target)
 
 
 def _op_cases() -> dict[str, Callable[[], Any]]:

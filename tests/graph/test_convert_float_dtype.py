@@ -133,3 +133,14 @@ def test_retype_task_keeps_float32_inside():
     task = retype_task(op.task, [True], "float16")
     assert task.inputs[0].dtype.name == "float16" and task.outputs[0].dtype.name == "float16"
     assert "float32" in repr(task.outputs[0].definition.value) or "f32" in repr(task.outputs[0].definition.value)
+
+
+def test_scalar_constant_keeps_its_shape():
+    """A 0-d float32 constant (BERT's and GPT-2's ONNX scale factors) stays 0-d in
+    bfloat16: float32_to_bfloat16_bits once made it [1], and mul refused it."""
+    assert float32_to_bfloat16_bits(np.asarray(np.float32(2.0))).shape == ()
+    x = hf.symbol((3,), "float32", name="x")
+    y = hf.ops.mul(x, hf.constant(np.asarray(np.float32(0.125))))
+    half = convert_float_dtype(hf.trace(y, inputs=[x]), "bfloat16")
+    assert [tuple(c.shape) for c in half.constants()] == [()]
+

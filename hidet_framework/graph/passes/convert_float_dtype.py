@@ -54,7 +54,8 @@ def float32_to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
     bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(np.asarray(array, dtype=np.float32))
-    return np.where(nan, np.uint16(0x7FC0) | ((bits >> 16).astype(np.uint16) & np.uint16(0x8000)), rounded)
+    out = np.where(nan, np.uint16(0x7FC0) | ((bits >> 16).astype(np.uint16) & np.uint16(0x8000)), rounded)
+    return out.reshape(np.shape(array))  # ascontiguousarray made a 0-d array 1-d
 
 
 def _convert_constant(t: Tensor, dtype: str) -> Tensor:

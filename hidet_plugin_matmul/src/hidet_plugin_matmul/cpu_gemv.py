@@ -9,8 +9,10 @@
                 streamed from memory once) times one broadcast A value per row
                 last K block: C through element stores (fusion grafts there)
 
-A and C may be float32, bfloat16 or float16 (the panels are float32 whatever the
-weights were: `pack_b` widens them): the copy of A widens, the store to C rounds.
+A and C may be float32, bfloat16 or float16: the copy of A widens, the store to C
+rounds. The panels are float32, or keep half weights' 2 bytes (``half_lanes`` in the
+attributes: `cpu_half_panels.py`), widened to float32 vectors as the tile loads them:
+the kernel streams half the bytes.
 A is first copied by its own launch (``_copy_a``, the only reader of A, so a fused
 prologue is grafted there and computed once per element; reading A in the
 micro-kernel, a call argument, made every prologue fail to fuse: 60 reshape and 48 add
@@ -37,6 +39,7 @@ from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 from hidet_framework.tuner.template import Template
 
+from hidet_plugin_matmul.cpu_half_panels import half_panel_load
 from hidet_plugin_matmul.cpu_microkernel import make_register_tile
 from hidet_plugin_matmul.cpu_operand_types import (
     FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,
@@ -75,18 +78,22 @@ def gemv_space(target: Any, level: int, nr: int) -> list[dict]:
 
 
 def _micro_kernel(name: str, vec: Any, lanes: int, m: int, k: int, mr: int, nr: int, ku: int, k_blocks: int,
-                  panels: int, part_len: int):
+                  panels: int, part_len: int, tb: Any = f32):
     """cpu_microkernel's register tile over A itself (rows past M read row M-1 again)
-    and panel p of the prepacked B from K offset pc; partial sums [row][nr] from row0."""
+    and panel p of the prepacked B (element type `tb`) from K offset pc; partial sums
+    [row][nr] from row0."""
+    b_load = None
+    if tb is not f32:   # where = (p, row0, pc); storage column c of the panel's row
+        b_load = half_panel_load(tb.dtype.name, lanes, lambda bp, where, kk, c: bp[where[0], where[2] + kk, c])
     register_tile = make_register_tile(
-        vec, lanes, mr, nr, ku, k_blocks, (f32[m, k], f32[panels, k, nr], f32[part_len]),
+        vec, lanes, mr, nr, ku, k_blocks, (f32[m, k], tb[panels, k, nr], f32[part_len]),
         # where = (p, row0, pc); rows past M: a real row, never stored
         a_at=lambda a, where, kk, i: a[minimum(where[1] + i, m - 1), where[2] + kk],
         b_at=lambda bp, where, kk, v: bp[where[0], where[2] + kk, v * lanes],
-        partial_at=lambda part, where, i, v: part[(where[1] + i) * nr + v * lanes])
+        partial_at=lambda part, where, i, v: part[(where[1] + i) * nr + v * lanes], b_load=b_load)
 
     @script
-    def gemv_micro_kernel(a: f32[m, k], bp: f32[panels, k, nr], part: f32[part_len], tile: f32[mr * nr],
+    def gemv_micro_kernel(a: f32[m, k], bp: tb[panels, k, nr], part: f32[part_len], tile: f32[mr * nr],
                           p: i32, row0: i32, pc: i32, kcur: i32, kb: i32):
         attrs.func_kind = "device"
         attrs.func_name = name + "_micro_kernel"
@@ -97,14 +104,17 @@ def _micro_kernel(name: str, vec: Any, lanes: int, m: int, k: int, mr: int, nr: 
 
 def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], target: Any,
                    name: str = "matmul_cpu_gemv", operand_dtypes: tuple = FLOAT32_OPERANDS) -> ScheduledTask:
-    """`operand_dtypes`: A's, the panels' (float32) and C's element types; a half A is
-    widened by the copy launch (its only reader), C rounded at the final store."""
+    """`operand_dtypes`: A's, the panels' and C's element types; a half A is widened by
+    the copy launch (its only reader), C rounded at the final store. Half panels (the
+    attribute ``half_lanes``: their layout's vector width, which the kernel's vectors
+    take) are widened as they are loaded."""
     ta, tb, tc = operand_annotations(operand_dtypes)
-    if tb is not f32:
-        raise ValueError(f"matmul_prepacked: the B panels must be float32 (pack_b), got {operand_dtypes[1]}")
+    half_lanes = int(attributes.get("half_lanes", 0))
+    if (tb is not f32) != (half_lanes > 0):
+        raise ValueError(f"matmul_prepacked: {operand_dtypes[1]} panels with half_lanes={half_lanes} (pack_b)")
     m, n, k, nr = (int(attributes[x]) for x in ("m", "n", "k", "nr"))
     facts = target_facts(target)
-    lanes = facts["lanes"] if nr % facts["lanes"] == 0 else 1
+    lanes = half_lanes or (facts["lanes"] if nr % facts["lanes"] == 0 else 1)
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     mr = max(1, min(int(params["mr"]), m))
     kc = max(1, min(int(params["kc"]), k))
@@ -121,7 +131,7 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
     k_blocks = _ceil_div(k, kc)
     row_blocks = _ceil_div(m, mr)
     part_len = row_blocks * mr * nr if k_blocks > 1 else 1
-    micro_kernel = _micro_kernel(name, vec, lanes, m, k, mr, nr, ku, k_blocks, panels, part_len)
+    micro_kernel = _micro_kernel(name, vec, lanes, m, k, mr, nr, ku, k_blocks, panels, part_len, tb)
     owner = spatial(items)
 
     @script
@@ -135,7 +145,7 @@ def build_cpu_gemv(attributes: Mapping[str, Any], params: Mapping[str, Any], tar
                 ac[r, kk] = a[r, kk]
 
     @script
-    def matmul_cpu_gemv(a: f32[m, k], bp: f32[panels, k, nr], c: tc[m, n]):
+    def matmul_cpu_gemv(a: f32[m, k], bp: tb[panels, k, nr], c: tc[m, n]):
         attrs.func_kind = "cpu_kernel"
         attrs.func_name = name
         for w in parallel(items):
@@ -180,7 +190,8 @@ class CpuPrepackedMatmul(Template):
 
     def applies(self, task: Any, attributes: Mapping[str, Any]) -> bool:
         (a, bp), (c,) = task.inputs, task.outputs
-        return bp.dtype.name == "float32" and a.dtype.name in OPERAND_DTYPES and c.dtype.name in OPERAND_DTYPES
+        panels_ok = bp.dtype.name == "float32" or (bp.dtype.name in OPERAND_DTYPES and "half_lanes" in attributes)
+        return panels_ok and a.dtype.name in OPERAND_DTYPES and c.dtype.name in OPERAND_DTYPES
 
     def space(self, target: Any, level: int) -> list[dict]:
         from hidet_plugin_matmul.cpu_prepack import panel_width

@@ -64,12 +64,17 @@ def make_tile_store(vec: Any, lanes: int, mr: int, nr: int, k_blocks: int, parti
 
 
 def make_register_tile(vec: Any, lanes: int, mr: int, nr: int, ku: int, k_blocks: int, types: tuple,
-                       a_at: Callable, b_at: Callable, partial_at: Callable) -> InlineFragment:
+                       a_at: Callable, b_at: Callable, partial_at: Callable,
+                       b_load: Callable | None = None) -> InlineFragment:
     """(a, b, partial, tile, x, y, z, kb, kcur): a float32 micro-kernel's body. `types`
     annotates a, b and partial; x, y, z are the kernel's position arguments (`where`). Where the operands lie is the kernel's: ``a_at(a, where, kk, i)`` is row i's
     A value at step kk, ``b_at(b, where, kk, v)`` the first element of B vector v there,
-    ``partial_at(partial, where, i, v)`` that of accumulator (i, v)'s partial sums."""
+    ``partial_at(partial, where, i, v)`` that of accumulator (i, v)'s partial sums.
+    ``b_load(b, where, kk, v)``, where given, is B vector v itself (float32 vectors from
+    other element types: cpu_half_panels.py); else a vector load at `b_at`."""
     vec_ptr = PointerType(vec)
+    if b_load is None:
+        b_load = lambda b, where, kk, v: deref(cast(address_of(b_at(b, where, kk, v)), vec_ptr))  # noqa: E731
     nv = nr // lanes
     a_type, b_type, partial_type = types
     tile_store = make_tile_store(vec, lanes, mr, nr, k_blocks, partial_type, partial_at)
@@ -96,7 +101,7 @@ def make_register_tile(vec: Any, lanes: int, mr: int, nr: int, ku: int, k_blocks
                     acc[i, v] = cast(0.0, vec)
         for kk in unroll(kcur, ku):
             for v in static_range(nv):
-                bv[v] = deref(cast(address_of(b_at(b, where, kk, v)), vec_ptr))
+                bv[v] = b_load(b, where, kk, v)
             for i in static_range(mr):
                 av = a_at(a, where, kk, i)
                 for v in static_range(nv):

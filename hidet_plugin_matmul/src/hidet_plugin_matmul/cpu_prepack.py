@@ -15,7 +15,9 @@ by
 evaluates it once while compiling: the graph keeps B as ``[ceil(N / nr), K, nr]``
 panels (zero past N) and the kernel (`cpu_gemv.py`) streams each panel contiguously.
 ``nr`` comes from the machine's vector width and register count (`panel_width`).
-A bfloat16/float16 matmul is rewritten too: its panels are float32 (`pack_b`).
+A bfloat16/float16 matmul is rewritten too: its panels keep the weights' 2 bytes where
+the kernel can widen them as it loads them (`cpu_half_panels.py`: bfloat16 always,
+float16 with vcvtph2ps), else they are float32 (`pack_b`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from hidet_framework.graph import Operator, Tensor
 from hidet_framework.ir import dtypes
 from hidet_framework.ir.expr import cast, const, if_then_else
 
+from hidet_plugin_matmul import cpu_half_panels
 from hidet_plugin_matmul.cpu_space import target_facts
 
 __all__ = ["MAX_ROWS", "PACK_OPERATOR", "PREPACKED_OPERATOR", "panel_width", "pack_b", "matmul_prepacked",
@@ -45,7 +48,7 @@ MAX_ROWS = 512
 # microseconds and stays in cache; the general template's own packing is then fine.
 MIN_WEIGHT_ELEMENTS = 1 << 15
 # Operand types the GEMV template serves (half A and C converted in its kernels, half
-# B widened to float32 panels by `pack_b`).
+# B kept in 2-byte panels or widened to float32 ones by `pack_b`).
 PREPACK_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 
 
@@ -57,37 +60,55 @@ def panel_width(target: Any) -> int:
     return max(1, facts["registers"] // 8) * facts["lanes"]
 
 
-def pack_b(b: Tensor, nr: int) -> Tensor:
+def pack_b(b: Tensor, nr: int, half_lanes: int = 0) -> Tensor:
     """``[K, N]`` → ``[ceil(N/nr), K, nr]``: panel p holds columns p*nr .. p*nr+nr-1.
-    The panels are float32 whatever B's type: half weights are widened once here, at
-    compile time, so the kernel's vector loads and FMAs are the float32 ones (the
-    panels take float32's bytes, as a float32 model's do)."""
+    Half weights keep their type where `half_lanes` (the kernel's float32 lanes) is
+    given, their columns placed by `cpu_half_panels.panel_position` (bfloat16: pairs
+    of vectors share 32-bit lanes); else the panels are float32: half weights widened
+    once here, at compile time, so the kernel's loads are the float32 ones."""
     k, n = b.shape
     panels = -(-n // nr)
     bn = tensor_input("b", b.dtype, b.shape)
-    widen = b.dtype is not dtypes.float32
+    keep = b.dtype is not dtypes.float32 and half_lanes > 0
+    widen = b.dtype is not dtypes.float32 and not keep
+    out_dtype = b.dtype if keep else dtypes.float32
+    group = 2 * half_lanes
 
-    def element(p, kk, lane):
+    def element(p, kk, slot):
+        lane = slot // group * group + slot % 2 * half_lanes + slot % group // 2 \
+            if keep and b.dtype is dtypes.bfloat16 else slot
         col = p * nr + lane
         value = cast(bn[kk, col], dtypes.float32) if widen else bn[kk, col]
-        return if_then_else(col < n, value, const(0.0, dtypes.float32))
+        return if_then_else(col < n, value, const(0.0, out_dtype))
 
-    packed = compute("bp", [panels, k, nr], element, dtype=dtypes.float32)
+    packed = compute("bp", [panels, k, nr], element, dtype=out_dtype)
     attributes = {"nr": nr, "k": k, "n": n}
+    if keep:
+        attributes["half_lanes"] = half_lanes
     return Operator(PACK_OPERATOR, [b], Task(PACK_OPERATOR, [bn], [packed], attributes), attributes).outputs[0]
 
 
-def matmul_prepacked(a: Tensor, packed: Tensor, n: int) -> Tensor:
-    """``a @ B`` for ``a: [M, K]`` and B given as its packed panels (`pack_b`)."""
+def matmul_prepacked(a: Tensor, packed: Tensor, n: int, half_lanes: int = 0) -> Tensor:
+    """``a @ B`` for ``a: [M, K]`` and B given as its packed panels (`pack_b`, with the
+    same `half_lanes`)."""
     m, k = a.shape
     panels, k2, nr = packed.shape
     if k2 != k or panels != -(-n // nr):
         raise ValueError(f"matmul_prepacked: panels {list(packed.shape)} do not hold a [{k}, {n}] matrix")
     an = tensor_input("a", a.dtype, a.shape)
     bn = tensor_input("bp", packed.dtype, packed.shape)
-    c = compute("c", [m, n], lambda i, j: reduce([k], lambda r: an[i, r] * bn[j // nr, r, j % nr], "sum",
+    if half_lanes:
+        def b_value(j, r):
+            slot = cpu_half_panels.panel_position(packed.dtype.name, j % nr, half_lanes)
+            return cast(bn[j // nr, r, slot], dtypes.float32)
+    else:
+        def b_value(j, r):
+            return bn[j // nr, r, j % nr]
+    c = compute("c", [m, n], lambda i, j: reduce([k], lambda r: an[i, r] * b_value(j, r), "sum",
                                                  dtypes.float32), dtype=a.dtype)
     attributes = {"m": m, "n": n, "k": k, "nr": nr}
+    if half_lanes:
+        attributes["half_lanes"] = half_lanes
     task = Task(PREPACKED_OPERATOR, [an, bn], [c], attributes)
     return Operator(PREPACKED_OPERATOR, [a, packed], task, attributes).outputs[0]
 
@@ -126,7 +147,10 @@ def prepack_constant_b(op: Operator) -> list[Tensor] | None:
             return None
         a = reshape(a, (rows, k)) if a.rank != 2 else a
         b = reshape(b, (k, n)) if b.rank != 2 else b
-    out = matmul_prepacked(a, pack_b(b, panel_width(_cpu_target())), n)
+    target = _cpu_target()
+    nr, lanes = panel_width(target), target_facts(target)["lanes"]
+    half_lanes = lanes if cpu_half_panels.half_panels_apply(b.dtype.name, target, nr, lanes) else 0
+    out = matmul_prepacked(a, pack_b(b, nr, half_lanes), n, half_lanes)
     expected = op.outputs[0]
     if tuple(out.shape) != tuple(expected.shape):
         if reshape is None:

@@ -134,9 +134,13 @@ def test_rule_declines_where_it_does_not_apply(rng):
     x64 = hf.symbol((2, k), "float64")                 # not float32, bfloat16 or float16
     y = hf.ops.matmul(x64, hf.constant(weights.astype(np.float64)))
     assert cpu_prepack.prepack_constant_b(y.producer) is None
-    x16 = hf.symbol((2, k), "float16")                 # half weights: widened to float32 panels
-    y = hf.ops.matmul(x16, hf.constant(weights.astype(np.float16)))
-    assert cpu_prepack.prepack_constant_b(y.producer)[0].producer.inputs[1].dtype.name == "float32"
+    x16 = hf.symbol((2, k), "float16")                 # half weights: 2-byte panels where vcvtph2ps
+    y = hf.ops.matmul(x16, hf.constant(weights.astype(np.float16)))  # exists (cpu_half_panels), else float32
+    target = cpu_prepack._cpu_target()
+    nr, lanes = cpu_prepack.panel_width(target), cpu_prepack.target_facts(target)["lanes"]
+    kept = cpu_prepack.cpu_half_panels.half_panels_apply("float16", target, nr, lanes)
+    assert cpu_prepack.prepack_constant_b(y.producer)[0].producer.inputs[1].dtype.name == \
+        ("float16" if kept else "float32")
     # B transposed from a constant is still "from constants" (folding will make it one)
     wt = hf.ops.transpose(hf.constant(np.ascontiguousarray(weights.T)), [1, 0])
     assert cpu_prepack.prepack_constant_b(hf.ops.matmul(x, wt).producer) is not None
