@@ -221,7 +221,10 @@ class CExprPrinter:
         if e.op in ("min", "max"):
             return self.min_max(e.op, t, self.expr(e.a), self.expr(e.b)), PRIMARY
         prec = BINARY_PRECEDENCE[e.op]
-        a, b = (self.operand(e.op, x, prec + (x is e.b)) for x in (e.a, e.b))
+        # The right operand needs a higher precedence (left associativity), by position: an
+        # identity test (`x is e.b`) also parenthesised the left one when both were one object,
+        # so the text depended on sharing, which the simplifier's shape memo introduces.
+        a, b = self.operand(e.op, e.a, prec), self.operand(e.op, e.b, prec + 1)
         return self.narrow(f"{a} {BINARY_OPS[e.op][0]} {b}", prec, t, not BINARY_OPS[e.op][1])
 
     def operand(self, op: str, child: Expr, min_prec: int) -> str:

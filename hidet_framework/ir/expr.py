@@ -47,7 +47,9 @@ class Node:
 class Expr(Node):
     """Base of expressions; operators build IR."""
 
-    __slots__ = ()
+    # `infer_type`'s answer for this node, set on first use (nodes are immutable, so it never
+    # changes): on the node, not in a global memo that kept every typed tree alive.
+    __slots__ = ("_type",)
 
     def __add__(self, other): return BinaryOp("add", self, convert(other))
     def __radd__(self, other): return BinaryOp("add", convert(other), self)
@@ -145,7 +147,7 @@ class TensorElement(Expr):
     """One element ``base[i0, i1, ...]`` of a tensor or pointer."""
 
     base: Expr
-    indices: tuple = attrs.field(converter=lambda xs: tuple(convert(x) for x in xs))
+    indices: tuple = attrs.field(converter=lambda xs: convert_all(xs))
 
 
 @attrs.frozen(slots=True, eq=False, repr=False)
@@ -220,6 +222,19 @@ def convert(value: Any) -> Expr:
     if hasattr(value, "dtype") and getattr(value, "shape", None) == ():
         return const(value.item(), str(value.dtype))
     raise TypeError(f"cannot convert {value!r} ({type(value).__name__}) to an IR expression")
+
+
+def convert_all(values: Any) -> tuple:
+    """A tuple of `convert`ed values; a tuple of expressions as is (the rewriters rebuild
+    accesses with their indices already expressions: a new tuple of the same items each
+    time was a tenth of `flatten_tensor_index`, issue 11)."""
+    if type(values) is tuple:
+        for v in values:
+            if not isinstance(v, Expr):
+                break
+        else:
+            return values
+    return tuple(convert(v) for v in values)
 
 
 def var(hint: str, type: Any = "int32") -> Var:

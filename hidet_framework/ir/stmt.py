@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 import attrs
 
-from hidet_framework.ir.expr import Expr, Node, Var, convert
+from hidet_framework.ir.expr import Expr, Node, Var, convert, convert_all
 from hidet_framework.ir.types import Scope
 
 
@@ -30,7 +30,7 @@ class BufferStoreStmt(Stmt):
     """``base[indices] = value`` for a tensor or pointer `base`."""
 
     base: Expr
-    indices: tuple = attrs.field(converter=lambda xs: tuple(convert(x) for x in xs))
+    indices: tuple = attrs.field(converter=lambda xs: convert_all(xs))
     value: Expr = attrs.field(converter=convert)
 
 

@@ -12,28 +12,32 @@ from hidet_framework.ir.expr import (
 from hidet_framework.ir.types import PointerType, TensorType
 
 
-# Types of composite nodes already inferred. Nodes are immutable and hash by identity,
-# so a node's type never changes; the simplifier asks for the type of every subtree of
-# an index at each rewrite, which without this memo walks long grafted index chains
-# again and again (the QKV group of BERT: 88 million calls, 90 s of codegen). Entries
-# keep their nodes alive, so an id is never reused while cached; cleared when full.
-_MEMO: dict = {}
-MEMO_LIMIT = 1 << 18
-
-
 def infer_type(e: Expr) -> Any:
-    """The type of `e`: a `DataType`, `PointerType` or `TensorType`."""
-    if isinstance(e, Constant):
+    """The type of `e`: a `DataType`, `PointerType` or `TensorType`.
+
+    A composite node's type is remembered on the node (`Expr._type`): nodes are immutable,
+    and the simplifier asks for the type of every subtree of an index at each rewrite,
+    which without it walks long grafted index chains again and again (the QKV group of
+    BERT: 88 million calls, 90 s of codegen). It was a global memo by node until issue 11
+    found that memo holding three quarters of a lowering process's objects alive (every
+    tree it had typed), which every full garbage collection then scanned."""
+    cls = type(e)
+    if cls is Constant:
         return e.dtype
-    if isinstance(e, Var):
+    if cls is Var:
         return e.type
-    t = _MEMO.get(e)
-    if t is None:
+    if not isinstance(e, Expr):
+        return _infer_composite(e)  # raises: not an expression
+    t = getattr(e, "_type", _UNSET)  # (a default, not try/except: cheaper when not asked yet)
+    if t is _UNSET:
+        if isinstance(e, (Constant, Var)):  # their subclasses
+            return e.dtype if isinstance(e, Constant) else e.type
         t = _infer_composite(e)
-        if len(_MEMO) >= MEMO_LIMIT:
-            _MEMO.clear()
-        _MEMO[e] = t
+        object.__setattr__(e, "_type", t)  # a cache beside the frozen fields, not one of them
     return t
+
+
+_UNSET = object()
 
 
 def _infer_composite(e: Expr) -> Any:

@@ -73,7 +73,25 @@ def _defining_locals(frame: Any) -> dict:
         del frame  # no reference cycle through the frame
 
 
+# Parsed definitions by code object. Templates define their script functions inside
+# `build`, so each candidate traced the same `def` again, and finding and parsing its
+# source (`inspect`'s tokenizer, `ast.parse`) was a fifth of a matmul template's build
+# (issue 11). The tree is only read by tracing, except that `_trace_params` replaces a
+# string annotation by its parsed expression, which a second trace leaves as it is.
+_PARSED: dict = {}
+_PARSED_LIMIT = 1024
+
+
 def _parse(fn: Callable) -> tuple[ast.FunctionDef, SourceInfo]:
+    hit = _PARSED.get(fn.__code__)
+    if hit is None:
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        hit = _PARSED[fn.__code__] = _parse_source(fn)
+    return hit
+
+
+def _parse_source(fn: Callable) -> tuple[ast.FunctionDef, SourceInfo]:
     filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
     try:
         lines, start = inspect.getsourcelines(fn)

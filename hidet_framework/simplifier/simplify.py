@@ -21,48 +21,21 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-import attrs
 import numpy as np
 
 from hidet_framework.analysis.bounds import Bounder, Interval, as_interval, type_range
 from hidet_framework.ir.dtypes import DataType
-from hidet_framework.ir.expr import (
-    BinaryOp, Call, Cast, Constant, Expr, IfThenElse, Node, TensorElement, UnaryOp, Var, const,
-    convert,
-)
-from hidet_framework.ir.functors import IRRewriter, collect
-from hidet_framework.ir.primitives import lookup_primitive
+from hidet_framework.ir.expr import BinaryOp, Cast, Constant, Expr, IfThenElse, TensorElement, UnaryOp, Var, const, convert
+from hidet_framework.ir.functors import IRRewriter
 from hidet_framework.simplifier.simplify_div_mod import (
     div_mod_by_bounds, nested_div_mod, recombine_div_mod, split_multiples, split_partial_multiples,
 )
-from hidet_framework.simplifier.purity import Purity, pure_call
-from hidet_framework.simplifier.simplify_rules_common import Rule, fits, int_type, is_const, same_int_type
+from hidet_framework.simplifier.purity import Purity
+from hidet_framework.ir.shapes import visitor_of
+from hidet_framework.simplifier.simplify_rules_common import (  # same_expr, is_pure: also imported from here
+    Rule, fits, int_type, is_const, is_pure, same_expr, same_int_type,
+)
 from hidet_framework.ir.type_infer import cast_if_needed, infer_type
-
-# ------------------------------------------------------------------------- helpers
-
-
-def same_expr(a: Any, b: Any) -> bool:
-    """Exact equality of expression trees: variables by identity (unlike structural
-    equality, which matches distinct variables one to one)."""
-    if a is b:
-        return True
-    if type(a) is not type(b) or isinstance(a, Var):
-        return False
-    if isinstance(a, Constant):
-        return a.dtype is b.dtype and a.value == b.value
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
-    if isinstance(a, Node):
-        return all(same_expr(getattr(a, f.name), getattr(b, f.name)) for f in attrs.fields(type(a)))
-    return a == b
-
-
-def is_pure(e: Expr) -> bool:
-    """No calls with possible effects (primitives that declare bounds only read state,
-    such as thread indices), so the expression may be dropped or duplicated."""
-    return all(pure_call(c) for c in collect(e, Call))
-
 
 # ----------------------------------------------------------------- the rule tables
 
@@ -72,8 +45,10 @@ COMMUTATIVE = ("add", "mul", "min", "max", "eq", "ne", "bit_and", "bit_or", "bit
 
 def fold_constants(s: "Simplifier", e: Expr) -> Optional[Expr]:
     """op(c1, c2) -> c (computed by the evaluator, so with its exact semantics)."""
-    children = [e.a, e.b] if isinstance(e, BinaryOp) else [e.a] if isinstance(e, UnaryOp) else [e.expr]
-    if not all(isinstance(c, Constant) for c in children):
+    if isinstance(e, BinaryOp):  # refused at once: tried first on every node, it rarely applies
+        if not (isinstance(e.a, Constant) and isinstance(e.b, Constant)):
+            return None
+    elif not isinstance(e.a if isinstance(e, UnaryOp) else e.expr, Constant):
         return None
     t = infer_type(e)
     if not isinstance(t, DataType) or t.lanes != 1:
@@ -138,10 +113,11 @@ def cancel_self(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
 def reassociate(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """(x + c1) + c2 -> x + (c1+c2), (x - c1) + c2, (x ± c1) - c2, (x * c1) * c2,
     and constants pulled outward: (x + c) + y -> (x + y) + c, x + (y + c) -> (x + y) + c."""
-    t = same_int_type(e, e.a, e.b)
-    if t is None:
-        return None
     a, b, op = e.a, e.b, e.op
+    if not (isinstance(a, BinaryOp) and is_const(a.b) or isinstance(b, BinaryOp) and is_const(b.b)):
+        return None  # the shapes below first, the types after (same result, most nodes refused cheaply)
+    if same_int_type(e, a, b) is None:
+        return None
     if isinstance(a, BinaryOp) and is_const(a.b) and same_int_type(a, a.a, a.b):
         if is_const(b) and (op, a.op) in _COMBINE:
             outer, combine = _COMBINE[(op, a.op)]
@@ -176,8 +152,10 @@ def distribute_constant(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
 def negative_constant_flip(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     """x + (-c) -> x - c and x - (-c) -> x + c: constants stay positive where they can
     (reads better, and `reassociate` treats both alike)."""
+    if not (is_const(e.b) and e.b.value < 0):  # the cheap test first (same result)
+        return None
     t = same_int_type(e, e.a, e.b)
-    if t and is_const(e.b) and e.b.value < 0 and fits(-e.b.value, t):
+    if t and fits(-e.b.value, t):
         return BinaryOp("sub" if e.op == "add" else "add", e.a, const(-e.b.value, t))
     return None
 
@@ -263,11 +241,13 @@ class Simplifier(IRRewriter):
     def __init__(self, var_bounds: Optional[Mapping[Var, Any]] = None) -> None:
         self.var_bounds: dict[Var, Interval] = {v: as_interval(b) for v, b in (var_bounds or {}).items()}
         self._purity = Purity()  # purity does not depend on bounds: never reset
+        self._visitors: dict = {}  # node class -> how its children are visited (`ir.shapes.visitor_of`)
         self._reset_memo()
 
     def _reset_memo(self) -> None:
         self._bounder = Bounder(self.var_bounds)
         self._memo: dict[int, tuple[Expr, Expr]] = {}  # id -> (expr kept alive, result)
+        self._shapes: dict[tuple, tuple[Expr, Expr]] = {}  # shape key -> (node, result): `shapes`
         self._seen_vars: set[Var] = set()  # every variable in an expression the memos hold
 
     def bind(self, v: Var, bound: Any) -> None:
@@ -308,19 +288,36 @@ class Simplifier(IRRewriter):
         hit = self._memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
+        children = visitor_of(type(self), cls, self._visitors)
+        if children is None:
+            result = self._rewrite(node, None)
+        else:  # children first, then the node by its shape (`ir.shapes`: equal nodes rewrite alike)
+            children_done, key = children(self, node)
+            shape = self._shapes.get(key)
+            if shape is None:
+                result = self._rewrite(node, children_done)
+                self._shapes[key] = (children_done, result)  # children_done keeps the key's ids alive
+            else:  # no rule applied to an equal node: this one stays itself (unchanged trees keep their identity)
+                result = children_done if shape[1] is shape[0] else shape[1]
+        self._memo[id(node)] = (node, result)
+        return result
+
+    def _rewrite(self, node: Expr, children_done: Optional[Expr]) -> Expr:
+        """Rules applied until none does; each rewritten node's children are simplified
+        before its own rules are tried. `children_done`: the first step, when known."""
         result = node
         table = self._visit_table
         for _ in range(self.max_rewrites):
-            method = table.get(type(result)) or self._visit_method(type(result))  # the dispatch, inlined
-            children_done = method(self, result)
+            if children_done is None:
+                method = table.get(type(result)) or self._visit_method(type(result))  # the dispatch, inlined
+                children_done = method(self, result)
             rewritten = self._rewrite_once(children_done)
             if rewritten is None:
                 result = children_done
                 break
-            result = rewritten
+            result, children_done = rewritten, None
         else:
             self.capped = True  # the guard stopped the rewrites: `result` may not be final
-        self._memo[id(node)] = (node, result)
         return result
 
     def _rewrite_once(self, e: Expr) -> Optional[Expr]:

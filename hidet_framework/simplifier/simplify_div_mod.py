@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 from hidet_framework.analysis.bounds import type_range
 from hidet_framework.ir.dtypes import DataType
 from hidet_framework.ir.expr import BinaryOp, Expr, const
-from hidet_framework.simplifier.simplify_rules_common import fits, is_const, same_int_type
+from hidet_framework.simplifier.simplify_rules_common import fits, is_const, same_expr, same_int_type
 from hidet_framework.ir.type_infer import infer_type
 
 if TYPE_CHECKING:
@@ -121,11 +121,11 @@ def recombine_div_mod(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
     truncating division both hold for every x: x = (x/a)*a + x%a, and x/a = (x/a/b)*b
     + x/a%b, the remainders taking the sign of x; needs a, b > 0, a*b fitting the type
     and x free of side effects (one copy of it is dropped)."""
-    t = same_int_type(e, e.a, e.b)
-    if not t or e.op != "add":
+    if e.op != "add" or not _may_hold_mod_term(e):
         return None
-    from hidet_framework.simplifier.simplify import same_expr
-
+    t = same_int_type(e, e.a, e.b)
+    if not t:
+        return None
     terms = _add_terms(e, t)
     for i, rem in enumerate(terms):
         if not (isinstance(rem, BinaryOp) and rem.op == "mod" and is_const(rem.b) and rem.b.value > 0):
@@ -146,6 +146,21 @@ def recombine_div_mod(s: "Simplifier", e: BinaryOp) -> Optional[Expr]:
             rest = [term for k, term in enumerate(terms) if k not in (i, j)]
             return _sum(rest + [whole]) if rest else whole
     return None
+
+
+def _may_hold_mod_term(e: Expr) -> bool:
+    """Whether a ``%`` may be among the terms `_add_terms` finds: the same walk without the
+    types (so it may say yes where the typed walk stops early) and without building the list.
+    Tried on every sum, `recombine_div_mod` applies to few, and its terms cost more (issue 11)."""
+    while isinstance(e, BinaryOp):
+        if e.op == "mod":
+            return True
+        if e.op == "add" and _may_hold_mod_term(e.b):
+            return True
+        if e.op not in ("add", "sub"):
+            return False
+        e = e.a
+    return False
 
 
 def _add_terms(e: Expr, t: DataType) -> list[Expr]:

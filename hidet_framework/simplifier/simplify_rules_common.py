@@ -1,14 +1,18 @@
 """What the simplifier's rule modules share: the signature of a rule and small
 questions about integer expressions (their type, whether they are a constant, whether
-a value fits a type)."""
+a value fits a type), exact equality of trees and purity."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+import attrs
+
 from hidet_framework.analysis.bounds import type_range
 from hidet_framework.ir.dtypes import DataType
-from hidet_framework.ir.expr import Constant, Expr
+from hidet_framework.ir.expr import Call, Constant, Expr, Node, Var
+from hidet_framework.ir.functors import collect
 from hidet_framework.ir.type_infer import infer_type
+from hidet_framework.simplifier.purity import pure_call
 
 if TYPE_CHECKING:
     from hidet_framework.simplifier.simplify import Simplifier
@@ -48,3 +52,25 @@ def same_int_type(*exprs: Expr) -> Optional[DataType]:
         if common is None:
             common = t
     return common
+
+
+def same_expr(a: Any, b: Any) -> bool:
+    """Exact equality of expression trees: variables by identity (unlike structural
+    equality, which matches distinct variables one to one)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, Var):
+        return False
+    if isinstance(a, Constant):
+        return a.dtype is b.dtype and a.value == b.value
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
+    if isinstance(a, Node):
+        return all(same_expr(getattr(a, f.name), getattr(b, f.name)) for f in attrs.fields(type(a)))
+    return a == b
+
+
+def is_pure(e: Expr) -> bool:
+    """No calls with possible effects (primitives that declare bounds only read state,
+    such as thread indices), so the expression may be dropped or duplicated."""
+    return all(pure_call(c) for c in collect(e, Call))

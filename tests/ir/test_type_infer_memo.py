@@ -1,7 +1,13 @@
 """infer_type remembers the types of composite nodes: asking for every prefix of a
 long chain (what the simplifier does, bottom-up) infers each node once, and the memo
-never answers for a different node, even one of the same structure."""
+never answers for a different node, even one of the same structure. The answer is kept
+on the node (`Expr._type`), so it keeps nothing alive (issue 11: a global memo held
+most of a lowering process's objects)."""
 from __future__ import annotations
+
+import gc
+import pickle
+import weakref
 
 from hidet_framework.ir import dtypes, type_infer
 from hidet_framework.ir.expr import Var, cast, const
@@ -16,7 +22,6 @@ def _counting(monkeypatch) -> list:
         return real(e)
 
     monkeypatch.setattr(type_infer, "_infer_composite", counted)
-    monkeypatch.setattr(type_infer, "_MEMO", {})
     return calls
 
 
@@ -43,11 +48,23 @@ def test_same_structure_other_types_are_told_apart(monkeypatch):
     assert type_infer.infer_type(cast(e32, dtypes.float16) * const(2.0, dtypes.float16)) is dtypes.float16
 
 
-def test_a_full_memo_is_cleared_not_grown(monkeypatch):
-    _counting(monkeypatch)
-    monkeypatch.setattr(type_infer, "MEMO_LIMIT", 8)
+def test_the_memo_keeps_no_node_alive():
     x = Var("x", dtypes.int64)
-    exprs = [x * k + 1 for k in range(40)]
-    for e in exprs:
-        assert type_infer.infer_type(e) is dtypes.int64
-    assert len(type_infer._MEMO) <= 8
+    e = x * 3 + 1
+    assert type_infer.infer_type(e) is dtypes.int64
+    gone = weakref.ref(e)
+    del e
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_remembered_type_is_not_a_field():
+    """Not printed, compared, pickled or copied by `attrs.evolve`: a cache, asked again after a round trip."""
+    import attrs
+
+    e = Var("x", dtypes.int32) + 1
+    type_infer.infer_type(e)
+    assert [f.name for f in attrs.fields(type(e))] == ["op", "a", "b"]
+    back = pickle.loads(pickle.dumps(e))
+    assert not hasattr(back, "_type") and type_infer.infer_type(back) == dtypes.int32  # unpickled: not interned
+    assert not hasattr(attrs.evolve(e, op="mul"), "_type")
