@@ -30,7 +30,9 @@ def conv64(x, w, b, stride, pads, dilation):
 
 
 
-@pytest.mark.parametrize("x_shape,o", [((2, 23, 7, 7), 53), ((1, 160, 7, 7), 67), ((3, 11, 5, 9), 37)], ids=str)
+# 3x7 = 21 pixels: fewer than one pointwise tile on AVX2 (3 vectors of 8) as on AVX-512,
+# so the flat form on both (a 5x9 image is the pointwise form's on AVX2)
+@pytest.mark.parametrize("x_shape,o", [((2, 23, 7, 7), 53), ((1, 160, 7, 7), 67), ((3, 11, 3, 7), 37)], ids=str)
 def test_flat_form_stores_through_channels_with_epilogues(rng, x_shape, o):
     """The flat form (1x1 stride 1 on small images: MobileNet-V2's 7x7 stages) stores
     through a channel-major buffer; a relu6 clip and a residual add graft onto those

@@ -17,6 +17,8 @@ __all__ = ["detect_cpu_target", "amx_permission", "read_cpu_flags", "vector_bits
 # ``HIDET_FRAMEWORK_CPU_ISA=avx2`` builds AVX2 code on an AVX-512 machine (the target
 # reports 256-bit vectors and no AVX-512/AMX flags, gcc gets -mno-avx512f -mno-amx-tile),
 # to measure the AVX2 defaults without an AVX2 machine. Unset or "native": the machine.
+# On a machine that has none of the dropped flags (an AVX2 machine) forcing changes
+# nothing, not even the cache key: the code would be the same.
 ISA_ENV = "HIDET_FRAMEWORK_CPU_ISA"
 _FORCED = {"avx2": (("avx512", "amx"), ("-mno-avx512f", "-mno-amx-tile"))}
 
@@ -30,9 +32,18 @@ def forced_isa() -> str | None:
     return value
 
 
-def isa_compiler_flags() -> tuple[str, ...]:
-    """gcc flags (after -march=native) that restrict code to the forced ISA."""
+def _restricting_isa(flags: tuple[str, ...]) -> str | None:
+    """The forced ISA where it drops one of `flags`, else None (nothing to restrict)."""
     isa = forced_isa()
+    if isa and any(f.startswith(_FORCED[isa][0]) for f in flags):
+        return isa
+    return None
+
+
+def isa_compiler_flags() -> tuple[str, ...]:
+    """gcc flags (after -march=native) that restrict code to the forced ISA; none where
+    this machine has nothing the forced ISA leaves out."""
+    isa = _restricting_isa(read_cpu_flags()[1])
     return _FORCED[isa][1] if isa else ()
 
 # Conservative defaults for a modern core when sysfs says nothing.
@@ -143,7 +154,7 @@ def detect_cpu_target() -> Target:
     """This machine's CPU target (read once per process)."""
     machine = platform.machine().lower()
     model, flags = read_cpu_flags()
-    isa = forced_isa()
+    isa = _restricting_isa(flags)
     if isa:
         dropped = _FORCED[isa][0]
         flags = tuple(f for f in flags if not f.startswith(dropped))
