@@ -128,8 +128,44 @@ def _longest_first_rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    _skip_avx2_twins_of_native(items)
     if hasattr(config, "workerinput"):  # an xdist worker (its collection is the order); `-n 0`: as written
         items.sort(key=lambda item: _longest_first_rank(item.nodeid))  # stable: the rest keep their order
+
+
+# -- suite time (issue 11): no second run of the same code on an AVX2 machine -------------
+# Tests parametrized ``isa`` over "native" and "avx2" build AVX2 code beside the machine's
+# own (a 256-bit target, gcc told -mno-avx512f). Where the machine's own ISA is AVX2 (no
+# AVX-512), both build the same source with the same effective flags: the "avx2" twin
+# checks nothing "native" does not, and is skipped with that reason.
+@functools.cache
+def _native_isa_is_avx2() -> bool:
+    try:
+        from hidet_plugin_cpu.target import detect_cpu_target
+    except ImportError:
+        return False
+    flags = set(detect_cpu_target().get("flags", ()))
+    return "avx2" in flags and not any(f.startswith("avx512") for f in flags)
+
+
+def _is_avx2_twin(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or callspec.params.get("isa") != "avx2":
+        return False
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if names == ["isa"] and "native" in [getattr(v, "values", (v,))[0] for v in mark.args[1]]:
+            return True
+    return False
+
+
+def _skip_avx2_twins_of_native(items: list) -> None:
+    twins = [item for item in items if _is_avx2_twin(item)]
+    if twins and _native_isa_is_avx2():
+        skip = pytest.mark.skip(reason="this machine's own ISA is AVX2: the 'native' case builds the same code")
+        for item in twins:
+            item.add_marker(skip)
 
 
 # -- suite time (issue 11): no frame-stack chunk thrashing on CPython 3.11/3.12 -------------
