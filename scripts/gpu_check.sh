@@ -6,24 +6,8 @@
 # OUTDIR gets at most 8 files (what the device tool brings back): every step's output
 # in one check.log, summary.txt, the pytest junit XML, and the benchmarks' JSON; any
 # overflow is bundled into extra.tar.gz.
-set -u
-OUT="${1:?usage: gpu_check.sh OUTDIR}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
-FAILED=()
-
-step() {  # step NAME COMMAND...: run, append to OUT/check.log, remember a failure
-  local name="$1"; shift
-  echo "=== $name: $*" | tee -a "$OUT/check.log"
-  local start=$SECONDS
-  "$@" 2>&1 | tee -a "$OUT/check.log"
-  local rc=${PIPESTATUS[0]}
-  echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$OUT/check.log"
-  [ $rc -eq 0 ] || FAILED+=("$name($rc)")
-}
+# shellcheck source=scripts/check_lib.sh
+source "$(dirname "$0")/check_lib.sh" "${1:-}" check.log
 
 torch_import() {  # torch must import from the repository root (nothing here may shadow it)
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
@@ -36,16 +20,6 @@ bundle_overflow() {  # keep OUT within 8 files: everything past the first 7 goes
   mapfile -t extra < <(printf '%s\n' "${files[@]}" | grep -v -x -e check.log -e summary.txt \
     -e pytest_cuda.xml -e gpu_bandwidth.json | tail -n +4)
   (cd "$OUT" && tar czf extra.tar.gz "${extra[@]}" && rm -f "${extra[@]}")
-}
-
-install_project() {
-  local d rc=0
-  for d in . plugins/* hidet_plugin_*; do
-    if [ -f "$d/pyproject.toml" ]; then
-      "$PY" -m pip install -q --no-build-isolation --no-deps -e "$d" || { echo "install of $d failed"; rc=1; }
-    fi
-  done
-  return $rc
 }
 
 # What the matmul benchmark runs (a full space-2 table of every shape and dtype takes

@@ -74,9 +74,10 @@ def test_candidates_against_float64(cpu_backend, rng, case, isa, monkeypatch):
     ref = conv64(x, w, b, stride, pads, dilation)
     assert ref.shape == y_shape
     space = conv_space(target, 1, ob)
-    assert space[0]["form"] == "pixels"
-    picks = [space[0], dict(space[0], order="block", schedule="static"), dict(space[0], form="direct", owb=1),
-             dict(space[0], form="direct", owb=3, order="block", schedule="static")]
+    pixels = dict(space[0], form="pixels")     # the default with 32 registers, a candidate with 16
+    assert pixels in space
+    picks = [pixels, dict(pixels, order="block", schedule="static"), dict(pixels, form="direct", owb=1),
+             dict(pixels, form="direct", owb=3, order="block", schedule="static")]
     for params in picks:
         scheduled = TEMPLATE.build(task, attributes, params, target)
         compiled = compile_scheduled(task, scheduled, cpu_backend, target)
@@ -101,6 +102,10 @@ def test_space_and_blocks_come_from_the_machine():
         lvl0, lvl1 = conv_space(target, 0, ob), conv_space(target, 1, ob)
         assert len(lvl0) == 1 and lvl1[0] == lvl0[0] and 1 < len(lvl1) <= 30
         assert len({tuple(sorted(c.items())) for c in lvl1}) == len(lvl1)
+        # the pointwise form is the default with 32 registers only; both forms are candidates
+        assert lvl0[0]["form"] == ("pixels" if target is avx512 else "direct")
+        assert {c["form"] for c in lvl1} == {"pixels", "direct"}
+        assert {c["order"] for c in lvl1 if c["form"] == "pixels"} == {"row", "block"}
 
 
 @pytest.mark.parametrize("x_shape,stride,pixels", [

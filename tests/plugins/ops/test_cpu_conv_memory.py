@@ -61,7 +61,7 @@ def _source(target, x_shape, o=64):
 
     ob = cpu_conv.block_width(target, o)
     task, attributes, _ = _task(x_shape, (o, x_shape[1], 1, 1), ob, True, (1, 1), (0, 0, 0, 0), (1, 1))
-    module = TEMPLATE.build(task, attributes, conv_space(target, 0, ob)[0], target).module
+    module = TEMPLATE.build(task, attributes, dict(conv_space(target, 0, ob)[0], form="pixels"), target).module
     return generate(lower(module, "cpu"), target)
 
 
@@ -98,7 +98,7 @@ def test_pointwise_with_prefetch_against_float64(cpu_backend, rng, case, isa, mo
         target = Target("cpu", native.arch, {**target.properties, "vector_bits": 256})
     ob = cpu_conv.block_width(target, o)
     task, attributes, y_shape = _task(x_shape, (o, x_shape[1], 1, 1), ob, True, (1, 1), (0, 0, 0, 0), (1, 1))
-    scheduled = TEMPLATE.build(task, attributes, conv_space(target, 0, ob)[0], target)
+    scheduled = TEMPLATE.build(task, attributes, dict(conv_space(target, 0, ob)[0], form="pixels"), target)
     assert any("_pixels" in name for name in scheduled.module.functions)
     compiled = compile_scheduled(task, scheduled, cpu_backend, target)
     x = rng.standard_normal(x_shape).astype(np.float32)

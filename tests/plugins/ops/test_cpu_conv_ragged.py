@@ -105,7 +105,7 @@ def test_narrow_kernels_only_where_o_is_ragged(cpu_backend, isa, monkeypatch):
         src = _source(target, (1, 8, 7, 7), o, 1, lanes, first)
         assert ("_last(" in src) == ragged
         # pointwise: the last block runs half its sub-blocks of mr channels
-        src = _source(target, (1, 8, 12, 12), o, 1, 0, first)
+        src = _source(target, (1, 8, 12, 12), o, 1, 0, dict(first, form="pixels"))
         assert ("_pixels_lastblock(" in src) == ragged
         if ragged:
             mr = pointwise_tile(32 if lanes == 16 else 16, ob)[0]

@@ -23,8 +23,12 @@ def max_pixels(target: Any, ob: int) -> int:
     a broadcast fit the vector register file (32 registers with AVX-512, 16 below)."""
     lanes = target_lanes(target)
     nv = max(1, ob // lanes) if ob % lanes == 0 else ob
-    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
-    return max(1, (registers - nv - 1) // nv)
+    return max(1, (_vector_registers(target) - nv - 1) // nv)
+
+
+def _vector_registers(target: Any) -> int:
+    """SIMD registers of the target's ISA: 32 with AVX-512, 16 below."""
+    return 32 if int(target.get("vector_bits", 256)) >= 512 else 16
 
 
 def conv_space(target: Any, level: int, ob: int) -> list[dict]:
@@ -32,7 +36,13 @@ def conv_space(target: Any, level: int, ob: int) -> list[dict]:
     top = max_pixels(target, ob)
     # form "pixels": the pointwise GEMM form (cpu_conv_pointwise.py) where the shape
     # allows it, the direct form elsewhere (so every candidate builds for every shape)
-    out = [{"owb": top, "order": "row", "schedule": "dynamic", "form": "pixels"}]
+    pixels = {"owb": top, "order": "row", "schedule": "dynamic", "form": "pixels"}
+    # The default: the pointwise form with 32 vector registers (AVX-512: an 8-channel x
+    # 3-vector tile), the direct form with 16 (AVX2: the pointwise tile is 4 x 3, each
+    # loaded pixel vector feeds half as many FMAs). On an AVX2 Zen 3 the pointwise form
+    # took 1.1-1.8x the direct form's time on ResNet-50's 1x1 shapes (docs/perf_notes.md,
+    # "session 17: AVX2 conv defaults"); it stays in the space for the tuner.
+    out = [pixels if _vector_registers(target) >= 32 else dict(pixels, form="direct")]
     if level == 0:
         return out
     for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):
@@ -41,7 +51,7 @@ def conv_space(target: Any, level: int, ob: int) -> list[dict]:
                 c = {"owb": owb, "order": order, "schedule": schedule, "form": "direct"}
                 if c not in out:
                     out.append(c)
-    out += [dict(out[0], order="block"), dict(out[0], schedule="static")]
+    out += [c for c in (pixels, dict(pixels, order="block"), dict(pixels, schedule="static")) if c not in out]
     return out[:30 if level == 1 else 200]
 
 
