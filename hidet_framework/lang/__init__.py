@@ -20,12 +20,13 @@ from hidet_framework.lang.constructs import (
 )
 from hidet_framework.lang.constructs import attrs_syntax as attrs
 from hidet_framework.lang.errors import ScriptError
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_framework.lang.script import ScriptFunction, script, script_module
 
 __all__ = [
     "script", "script_module", "ScriptFunction", "ScriptError", "attrs", "grid", "parallel", "unroll",
     "static_range", "shared_tensor", "register_tensor", "local_tensor", "tensor_pointer", "cast",
-    "address_of", "deref", "DTypeAnnotation", "LoopNest", "TensorDecl",
+    "address_of", "deref", "DTypeAnnotation", "LoopNest", "TensorDecl", "InlineFragment", "inline_fragment",
     "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64",

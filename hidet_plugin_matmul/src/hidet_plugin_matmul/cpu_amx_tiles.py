@@ -48,7 +48,7 @@ from hidet_framework.schedule.scheduled_task import ScheduledTask
 
 from hidet_plugin_matmul.cpu_bf16_pairs import make_pack_b_pairs
 from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
-from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 
 __all__ = ["amx_apply", "build_amx_tiles", "amx_plan_params", "MR", "NR", "KSTEP"]
 

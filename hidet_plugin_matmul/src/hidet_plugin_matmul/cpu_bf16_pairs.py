@@ -45,7 +45,7 @@ from hidet_framework.lang import (
 from hidet_framework.schedule.scheduled_task import ScheduledTask
 
 from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
-from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_plugin_matmul.cpu_microkernel import make_tile_store, packed_partial_at
 
 __all__ = ["pairs_apply", "build_bf16_pairs", "make_pack_b_pairs", "dpbf16_spelling", "DPBF16_BUILTIN", "DPBF16_ASM", "PAIR_BROADCAST"]

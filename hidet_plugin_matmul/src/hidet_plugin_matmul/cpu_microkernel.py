@@ -25,7 +25,7 @@ from hidet_framework.lang import (
 )
 from hidet_framework.lang.annotations import DTypeAnnotation
 
-from hidet_plugin_matmul.cpu_inline_fragments import InlineFragment, inline_fragment
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 
 __all__ = ["make_micro_kernel", "make_register_tile", "make_tile_store", "packed_partial_at"]
 

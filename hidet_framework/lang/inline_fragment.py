@@ -1,14 +1,14 @@
 """Script functions used as pieces of another kernel's body, written in place.
 
-The CPU matmul kernels share one loop skeleton (cpu_full_k_skeleton.py) and differ in
-what runs at a few points of it (how a panel is packed, what a worker does before its
-share). A ``device`` function called there would change the generated code (a call
-where the loop was) and keep the packing loops out of the kernel, where fusion must
-find the operand reads (docs/design.md, Fusion). So each such piece is a script
-function wrapped by `inline_fragment`: called while the skeleton is traced, it is a
-host helper that returns a statement (docs/dsl.md, Statements) — its traced body, its
-parameters replaced by the arguments — which the tracer emits where the call stands.
-The result is the code the skeleton would have had with the piece written in place.
+Kernels that share one loop skeleton differ in what runs at a few points of it (how a
+panel is packed, what a worker does before its share). A ``device`` function called
+there would change the generated code (a call where the loop was) and keep those loops
+out of the kernel, where fusion must find the operand reads (docs/design.md, Fusion).
+So each such piece is a script function wrapped by `inline_fragment`: called while the
+skeleton is traced, it is a host helper that returns a statement (docs/dsl.md,
+Statements and Inline fragments), its traced body with its parameters replaced by the
+arguments, which the tracer emits where the call stands. The result is the code the
+skeleton would have had with the piece written in place.
 
     @inline_fragment
     @script
@@ -19,8 +19,8 @@ The result is the code the skeleton would have had with the piece written in pla
     pack_b_panel(b, bpack, bi, col0, dst)    # its body, with b -> the kernel's b, ...
 
 A fragment's local variables are those of its own trace, so it is written into one
-kernel once (a second use would declare the same variables twice); the skeleton's
-builders make fresh fragments for every kernel they build.
+kernel once (a second use would declare the same variables twice); builders make
+fresh fragments for every kernel they build.
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class InlineFragment:
     def __init__(self, function: Any) -> None:
         self.function = function
         self.written = False
+        self.__name__ = function.name   # how the tracer names the callee in its errors
+
+    def __repr__(self) -> str:
+        return f"InlineFragment({self.name})"
 
     @property
     def name(self) -> str:
@@ -58,7 +62,7 @@ class InlineFragment:
             value = convert(arg)
             if isinstance(param.type, DataType) and infer_type(value) != param.type:
                 # in place, no conversion would happen: a mismatch is a mistake, not a cast
-                raise TypeError(f"fragment {self.name}: {param.name} is {param.type}, got {infer_type(value)}")
+                raise TypeError(f"fragment {self.name}: {param.hint} is {param.type}, got {infer_type(value)}")
             mapping[param] = value
         self.written = True
         return substitute(self.function.ir.body, mapping)
