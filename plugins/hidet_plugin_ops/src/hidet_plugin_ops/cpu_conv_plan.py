@@ -39,9 +39,9 @@ def conv_space(target: Any, level: int, ob: int) -> list[dict]:
     pixels = {"owb": top, "order": "row", "schedule": "dynamic", "form": "pixels"}
     # The default: the pointwise form with 32 vector registers (AVX-512: an 8-channel x
     # 3-vector tile), the direct form with 16 (AVX2: the pointwise tile is 4 x 3, each
-    # loaded pixel vector feeds half as many FMAs). On an AVX2 Zen 3 the pointwise form
+    # loaded pixel vector feeds half as many FMAs). On an AVX2 EPYC the pointwise form
     # took 1.1-1.8x the direct form's time on ResNet-50's 1x1 shapes (docs/perf_notes.md,
-    # "session 17: AVX2 conv defaults"); it stays in the space for the tuner.
+    # "Session 17 (lead): a real AVX2 machine"); it stays in the space for the tuner.
     out = [pixels if _vector_registers(target) >= 32 else dict(pixels, form="direct")]
     if level == 0:
         return out
