@@ -110,10 +110,6 @@ class _Flatten(IRRewriter):
             return base, indices  # the offset is the index: not built (most register-array accesses)
         return self.retyped.get(base, base), (layout_of(t)(*indices),)
 
-    def visit_TensorElement(self, e: TensorElement) -> Expr:
-        base, indices = self.flat(self.visit(e.base), self.visit_seq(e.indices))
-        return self._rebuild(e, base=base, indices=indices)
-
     def visit_BufferStoreStmt(self, s: BufferStoreStmt) -> Any:
         base, indices = self.flat(self.visit(s.base), self.visit_seq(s.indices))
         return self._rebuild(s, base=base, indices=indices, value=self.visit(s.value))
