@@ -8,7 +8,9 @@ walker); evaluation runs each node as a closure built once from them
 
 Semantics fixed here (and followed by the C-style backends): integer division and
 modulo truncate toward zero like C; integer results wrap to their type's width;
-floating-point values are numpy scalars of their type; a ``for``-mapping runs its body
+floating-point values are numpy scalars of their type, with IEEE results and no warnings
+(inf - inf is NaN, as in the generated C: numpy's RuntimeWarnings are off while a
+function runs); a ``for``-mapping runs its body
 for ``mapping.worker2task(worker)`` in order (nothing for a worker beyond the mapping's
 worker count, like the lowered guard); tensors declared in a function start
 poisoned (NaN for floats, a fixed odd pattern for integers) so a read before a write
@@ -60,7 +62,8 @@ class Evaluator(_Dispatch):
         for p, a in zip(fn.params, args):
             self.env[p] = self._bind_param(p, a)
         try:
-            self.exec_stmt(fn.body)
+            with np.errstate(all="ignore"):
+                self.exec_stmt(fn.body)
             result = None
         except _Return as r:
             result = r.value
@@ -296,4 +299,5 @@ def evaluate_expr(e: Expr, env: Mapping[Var, Any] | None = None) -> Any:
     the simplifier folds each constant expression it meets once)."""
     ev = TreeWalkingEvaluator()
     ev.env = dict(env or {})
-    return ev.eval_expr(e)
+    with np.errstate(all="ignore"):
+        return ev.eval_expr(e)

@@ -64,6 +64,21 @@ def test_division_by_zero_is_an_error_and_floats_divide_exactly():
     assert evaluate_expr(BinaryOp("mod", const(-7.5), const(2.0))) == np.fmod(-7.5, 2.0) == -1.5
 
 
+def test_float_specials_follow_ieee_without_numpy_warnings():
+    """inf - inf, inf * 0 and x / 0 give what the generated C gives (NaN, NaN, +-inf),
+    and numpy's RuntimeWarnings stay off (warnings are errors here)."""
+    import warnings
+
+    x, y = var("x", "float32"), var("y", "float32")
+    exprs = [BinaryOp("sub", x, x), BinaryOp("mul", x, y), BinaryOp("div", const(-1.0), y)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [evaluate_function(_fn([x, y], ReturnStmt(e), data_type("float32")), np.inf, 0.0) for e in exprs]
+        folded = evaluate_expr(BinaryOp("sub", const(np.inf), const(np.inf)))
+    assert np.isnan(got[0]) and np.isnan(got[1]) and got[2] == -np.inf
+    assert np.isnan(folded)
+
+
 @pytest.mark.parametrize("name, value, wrapped", [
     ("int8", 127, 127), ("int8", 128, -128), ("int8", -129, 127), ("int8", 255, -1), ("int8", 256, 0),
     ("uint8", 255, 255), ("uint8", 256, 0), ("uint8", -1, 255), ("int16", 32768, -32768),

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from hidet_framework.backend.build_cache import BuildCache, CacheSecurityError, make_key
+from hidet_framework.backend.build_cache import BuildCache, CacheSecurityError, CacheWarning, make_key
 
 PARTS = {"backend": "test", "source": "int f(void) { return 1; }", "flags": ["-O2"],
          "compiler": "cc 1.0", "target": "abc"}
@@ -47,7 +47,8 @@ def test_default_root_follows_env_and_is_private(isolated_build_cache):
 def test_world_writable_root_is_repaired(isolated_build_cache):
     os.makedirs(isolated_build_cache)
     os.chmod(isolated_build_cache, 0o777)
-    BuildCache.default()
+    with pytest.warns(CacheWarning, match="mode 777.*it is now 0700"):
+        BuildCache.default()
     assert stat.S_IMODE(os.stat(isolated_build_cache).st_mode) == 0o700
 
 

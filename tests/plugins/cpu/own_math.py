@@ -48,7 +48,8 @@ def check_ulp_sweep(library: Any, kernel: str, function: str, reference: Callabl
     a = _prime_length(np.concatenate([float_range_sample(rng), rng.uniform(-bends, bends, 200_000).astype(np.float32),
                                       np.linspace(*worst[:2], worst[2], dtype=np.float32)]))
     c = run(library, kernel, a)
-    want = reference(a.astype(np.float64))
+    with np.errstate(over="ignore"):  # the largest binades overflow float64 too: inf, the float32 answer
+        want = reference(a.astype(np.float64))
     err = ulp_error(c, want)
     at = int(np.argmax(err))
     bound = vector_math.ULP_BOUNDS[function]
