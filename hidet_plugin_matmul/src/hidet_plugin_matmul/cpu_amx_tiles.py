@@ -44,11 +44,11 @@ from typing import Any, Mapping
 
 from hidet_framework.ir.primitives import PrimitiveFunction, register_primitive
 from hidet_framework.lang import address_of, attrs, bf16, f32, i32, local_tensor, script, u8
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_framework.schedule.scheduled_task import ScheduledTask
 
 from hidet_plugin_matmul.cpu_bf16_pairs import make_pack_b_pairs
 from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
-from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 
 __all__ = ["amx_apply", "build_amx_tiles", "amx_plan_params", "MR", "NR", "KSTEP"]
 

@@ -42,10 +42,10 @@ from hidet_framework.ir.types import PointerType
 from hidet_framework.lang import (
     address_of, attrs, bf16, cast, deref, f32, i32, register_tensor, script, static_range, unroll,
 )
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_framework.schedule.scheduled_task import ScheduledTask
 
 from hidet_plugin_matmul.cpu_full_k_skeleton import FullKPieces, build_full_k_kernel, partial_sums_size
-from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_plugin_matmul.cpu_microkernel import make_tile_store, packed_partial_at
 
 __all__ = ["pairs_apply", "build_bf16_pairs", "make_pack_b_pairs", "dpbf16_spelling", "DPBF16_BUILTIN", "DPBF16_ASM", "PAIR_BROADCAST"]

@@ -30,9 +30,8 @@ from typing import Any, Mapping, Optional
 
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script, script_module
-from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
-
 from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
+from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 
 __all__ = ["FullKPieces", "build_full_k_kernel", "partial_sums_size", "partial_sums_slot", "packed_scheduled_task",
            "make_store_c_tile"]

@@ -24,7 +24,6 @@ from hidet_framework.lang import (
     address_of, attrs, cast, deref, f32, i32, register_tensor, script, static_range, unroll,
 )
 from hidet_framework.lang.annotations import DTypeAnnotation
-
 from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 
 __all__ = ["make_micro_kernel", "make_register_tile", "make_tile_store", "packed_partial_at"]

@@ -47,6 +47,7 @@ from typing import Any, Mapping
 from hidet_framework.ir.dtypes import float32, vector_type
 from hidet_framework.ir.mapping import spatial
 from hidet_framework.lang import attrs, f32, i32, local_tensor, parallel, script
+from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_framework.schedule.scheduled_task import ScheduledTask
 from hidet_framework.tuner.template import Template
 
@@ -55,7 +56,6 @@ from hidet_plugin_matmul.cpu_bf16_pairs import build_bf16_pairs, pairs_apply
 from hidet_plugin_matmul.cpu_full_k_skeleton import (
     FullKPieces, build_full_k_kernel, make_store_c_tile, packed_scheduled_task, partial_sums_size, partial_sums_slot,
 )
-from hidet_framework.lang.inline_fragment import InlineFragment, inline_fragment
 from hidet_plugin_matmul.cpu_microkernel import make_micro_kernel
 from hidet_plugin_matmul.cpu_operand_types import (
     FLOAT32_OPERANDS, OPERAND_DTYPES, operand_annotations, task_operand_dtypes,

@@ -48,6 +48,11 @@ def target_lanes(target: Any) -> int:
     return max(1, int(target.get("vector_bits", 256)) // 32)
 
 
+def vector_registers(target: Any) -> int:
+    """SIMD registers of the target's ISA: 32 with AVX-512, 16 below."""
+    return 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+
+
 def block_width(target: Any, out_channels: int) -> int:
     """Output channels per packed weight block: two SIMD vectors (a register tile of
     two vectors per output pixel leaves the most registers for pixels: 14 pixels with

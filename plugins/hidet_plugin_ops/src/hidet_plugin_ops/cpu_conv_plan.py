@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cpu_conv import target_lanes
+from .cpu_conv import target_lanes, vector_registers
 
 __all__ = ["LINE_FLOATS", "max_pixels", "conv_space", "column_tiles", "last_block_vectors", "next_block_lines",
            "valid_taps", "tile_runs", "channel_block"]
@@ -23,12 +23,7 @@ def max_pixels(target: Any, ob: int) -> int:
     a broadcast fit the vector register file (32 registers with AVX-512, 16 below)."""
     lanes = target_lanes(target)
     nv = max(1, ob // lanes) if ob % lanes == 0 else ob
-    return max(1, (_vector_registers(target) - nv - 1) // nv)
-
-
-def _vector_registers(target: Any) -> int:
-    """SIMD registers of the target's ISA: 32 with AVX-512, 16 below."""
-    return 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    return max(1, (vector_registers(target) - nv - 1) // nv)
 
 
 def conv_space(target: Any, level: int, ob: int) -> list[dict]:
@@ -42,7 +37,7 @@ def conv_space(target: Any, level: int, ob: int) -> list[dict]:
     # loaded pixel vector feeds half as many FMAs). On an AVX2 EPYC the pointwise form
     # took 1.1-1.8x the direct form's time on ResNet-50's 1x1 shapes (docs/perf_notes.md,
     # "Session 17 (lead): a real AVX2 machine"); it stays in the space for the tuner.
-    out = [pixels if _vector_registers(target) >= 32 else dict(pixels, form="direct")]
+    out = [pixels if vector_registers(target) >= 32 else dict(pixels, form="direct")]
     if level == 0:
         return out
     for owb in sorted({top, max(1, top - 2), max(1, top // 2 + 1), max(1, (2 * top) // 3)}, reverse=True):

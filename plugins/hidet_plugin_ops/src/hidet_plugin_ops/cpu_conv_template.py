@@ -67,7 +67,7 @@ from hidet_framework.lang import (
 )
 from hidet_framework.schedule.scheduled_task import Launch, ScheduledTask
 
-from .cpu_conv import PACKED_OPERATOR, target_lanes
+from .cpu_conv import PACKED_OPERATOR, target_lanes, vector_registers
 from .cpu_conv_flat import build_flat, flat_applies
 from .cpu_conv_plan import (
     LINE_FLOATS, channel_block, column_tiles, conv_space, last_block_vectors, max_pixels, next_block_lines, tile_runs,
@@ -234,7 +234,7 @@ def build_direct(task: Any, attributes: Mapping[str, Any], params: Mapping[str, 
         lanes = 1
     nv = ob // lanes
     vec = vector_type(float32, lanes) if lanes > 1 else float32
-    registers = 32 if int(target.get("vector_bits", 256)) >= 512 else 16
+    registers = vector_registers(target)
     if params.get("form", "direct") == "pixels" and not blocked_in and not yl \
             and pointwise_applies(x_shape, wp_shape, attributes, lanes):
         kernel = build_pointwise(name, x_shape, wp_shape, y_shape, has_bias, vec, lanes, registers, params,

@@ -56,6 +56,7 @@ from hidet_framework.lang import (
 )
 from hidet_framework.schedule.scheduled_task import BufferRef, Launch, ScheduledTask, WorkspaceSpec
 
+from .cpu_conv import target_lanes, vector_registers
 from .cpu_scheduling import CpuFloat32Template, bias_buffers
 
 __all__ = ["CpuDepthwiseConv2d", "CpuAvgPool2d", "is_depthwise", "phase_geometry", "rows_per_item", "depthwise_space",
@@ -72,14 +73,6 @@ LATENCY_CHAINS = 4
 def is_depthwise(x_shape: tuple, w_shape: tuple, groups: int) -> bool:
     """One input channel per group (depthwise, any channel multiplier)."""
     return groups > 1 and w_shape[1] == 1 and groups == x_shape[1]
-
-
-def _lanes(target: Any) -> int:
-    return max(1, int(target.get("vector_bits", 256)) // 32)
-
-
-def _registers(target: Any) -> int:
-    return 32 if int(target.get("vector_bits", 256)) >= 512 else 16
 
 
 def phase_geometry(kernel: tuple, stride: tuple, dilation: tuple, ow: int, cols: int = 1) -> tuple[int, int]:
@@ -114,7 +107,7 @@ def _unroll(target: Any, taps: int) -> int:
     """Vectors of outputs per step: accumulators + the tap weights (broadcast, kept in
     registers while they fit) + one load in the register file (8 with 32 registers,
     6 with 16, for a 3x3 window)."""
-    registers = _registers(target)
+    registers = vector_registers(target)
     for u in (8, 6, 4, 3, 2):
         if u + min(taps, registers // 2) + 1 <= registers:
             return u
@@ -168,7 +161,7 @@ def build_depthwise(task: Any, attributes: Mapping[str, Any], params: Mapping[st
         pads = attributes["padding"]
     top, left = pads[0], pads[1]
     mult = o // c
-    lanes = _lanes(target)
+    lanes = target_lanes(target)
     vec = vector_type(float32, lanes) if lanes > 1 else float32
     vec_ptr = PointerType(vec)
     cp = column_phases((sh, sw), params)
